@@ -1,0 +1,63 @@
+# neuron: the layer0 agent protocols as Go gRPC services.
+# `make help` lists the targets. Tools are pinned in tools/go.mod and run
+# with `go tool`, so nothing is installed by hand.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO      ?= go
+BUF     := $(GO) tool -modfile=tools/go.mod buf
+BIN     := bin
+# Test timeout for the whole suite; crash and integration tests live in it.
+TESTFLAGS ?= -race -timeout 15m
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## Regenerate gen/ from proto/ (buf + local protoc-gen-go, protoc-gen-go-grpc).
+	$(BUF) generate
+
+.PHONY: check-generate
+check-generate: generate ## Fail if gen/ differs from what proto/ generates.
+	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
+		echo "gen/ is out of date with proto/: run 'make generate' and commit the result"; \
+		git status --porcelain -- gen; exit 1; fi
+
+.PHONY: lint
+lint: ## go vet, gofmt, buf lint, buf format, buf breaking (against main).
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+	@if git rev-parse --verify -q main >/dev/null; then \
+		$(BUF) breaking --against '.git#branch=main'; \
+	else echo "buf breaking: no local main branch; skipped"; fi
+
+.PHONY: test
+test: ## Run every test with the race detector.
+	$(GO) test $(TESTFLAGS) ./...
+
+.PHONY: build
+build: ## Build every binary into bin/.
+	@mkdir -p $(BIN)
+	@for d in $$(ls -d services/*/cmd/* cmd/* 2>/dev/null); do \
+		echo "go build -o $(BIN)/$$(basename $$d) ./$$d"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$(basename $$d) ./$$d; done
+
+.PHONY: run
+run: build ## Bring the system up locally (placeholder until every service exists).
+	@echo "make run: the one-command local system (issue 8) is not built yet."
+	@echo "Built so far:"; ls -1 $(BIN) 2>/dev/null | sed 's/^/  bin\//' || true
+	@echo "Each binary serves alone, e.g.: bin/state --dev --data-dir .data/state"
+
+.PHONY: bench
+bench: ## Run the benchmarks (go test -bench); never part of make test.
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: clean
+clean: ## Remove build output.
+	rm -rf $(BIN)

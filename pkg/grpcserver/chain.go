@@ -1,0 +1,83 @@
+package grpcserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"buf.build/go/protovalidate"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	pvmw "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/protovalidate"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/middleware/errmap"
+)
+
+type chain struct {
+	unary  []grpc.UnaryServerInterceptor
+	stream []grpc.StreamServerInterceptor
+}
+
+// newChain builds the standard interceptor chain, outermost first. The
+// order matters: logging sees the final code; errmap maps what recovery,
+// auth and validation return; auth runs before validation so an
+// unauthenticated caller learns nothing about the request's shape.
+func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) (chain, error) {
+	validator, err := protovalidate.New()
+	if err != nil {
+		return chain{}, fmt.Errorf("protovalidate: %w", err)
+	}
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
+			if p := auth.PrincipalFrom(ctx); p != nil {
+				return logging.Fields{"principal", p.Name}
+			}
+			return nil
+		}),
+	}
+	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		method, _ := grpc.Method(ctx)
+		log.ErrorContext(ctx, "panic in handler", "grpc.method", method,
+			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return errs.Internal // the client sees only "internal error"
+	})
+	em := errmap.WithLogger(log)
+
+	var c chain
+	// 0. a slot the call logger reads the principal from, once auth sets it.
+	c.unary = append(c.unary, auth.UnarySlotInterceptor())
+	c.stream = append(c.stream, auth.StreamSlotInterceptor())
+	// 1. logging: one line per finished call, through the redacting logger.
+	c.unary = append(c.unary, logging.UnaryServerInterceptor(slogAdapter(log), logOpts...))
+	c.stream = append(c.stream, logging.StreamServerInterceptor(slogAdapter(log), logOpts...))
+	// 2. errmap: the single place errors become statuses.
+	c.unary = append(c.unary, errmap.UnaryServerInterceptor(em))
+	c.stream = append(c.stream, errmap.StreamServerInterceptor(em))
+	// 3. recovery: a panic is an INTERNAL error, never a crash or a leak.
+	c.unary = append(c.unary, recovery.UnaryServerInterceptor(recoverOpt))
+	c.stream = append(c.stream, recovery.StreamServerInterceptor(recoverOpt))
+	// 4. auth: who is calling, and may they call this method (off in dev).
+	if policy != nil {
+		c.unary = append(c.unary, auth.UnaryServerInterceptor(policy))
+		c.stream = append(c.stream, auth.StreamServerInterceptor(policy))
+	}
+	// 5. validation: the protovalidate rules written in the contracts.
+	c.unary = append(c.unary, pvmw.UnaryServerInterceptor(validator))
+	c.stream = append(c.stream, pvmw.StreamServerInterceptor(validator))
+	// 6. the service's own interceptors.
+	c.unary = append(c.unary, unary...)
+	c.stream = append(c.stream, stream...)
+	return c, nil
+}
+
+// slogAdapter lets go-grpc-middleware's logging write through slog.
+func slogAdapter(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
