@@ -127,8 +127,9 @@ func start(t *testing.T, cfg Config, fake *fakeState, opts ...Option) *harness {
 	return h
 }
 
-func withToken(tok string) context.Context {
-	ctx, _ := context.WithTimeout(context.Background(), 5*time.Second) //nolint:govet // test helper; released at test end
+func withToken(t *testing.T, tok string) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 }
 
@@ -224,11 +225,11 @@ func TestAuth(t *testing.T) {
 		code  codes.Code
 	}{
 		{"no credentials", context.Background(), false, codes.Unauthenticated},
-		{"unknown token", withToken("not-a-known-token-at-all"), false, codes.Unauthenticated},
+		{"unknown token", withToken(t, "not-a-known-token-at-all"), false, codes.Unauthenticated},
 		{"malformed header", metadata.AppendToOutgoingContext(context.Background(), "authorization", "Basic abc"), false, codes.Unauthenticated},
-		{"reader reads", withToken(readerToken), false, codes.OK},
-		{"reader writes", withToken(readerToken), true, codes.PermissionDenied},
-		{"writer writes", withToken(writerToken), true, codes.OK},
+		{"reader reads", withToken(t, readerToken), false, codes.OK},
+		{"reader writes", withToken(t, readerToken), true, codes.PermissionDenied},
+		{"writer writes", withToken(t, writerToken), true, codes.OK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,7 +250,7 @@ func TestAuth(t *testing.T) {
 		t.Errorf("invalid unauthenticated request: %v, want UNAUTHENTICATED", err)
 	}
 	// The principal reaches the handler.
-	resp, err := c.Read(withToken(readerToken), read("k"))
+	resp, err := c.Read(withToken(t, readerToken), read("k"))
 	if err != nil || resp.GetValue().GetStringValue() != "operator" {
 		t.Errorf("principal in handler: %v %v", resp, err)
 	}

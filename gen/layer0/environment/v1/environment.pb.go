@@ -1338,11 +1338,11 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\asidecar\x18\x03 \x01(\v2'.layer0.environment.v1.SidecarInjectionH\x00R\asidecarB\x0f\n" +
 	"\x06method\x12\x05\xbaH\x02\b\x01\"M\n" +
 	"\x0fEnvVarInjection\x12:\n" +
-	"\bvar_name\x18\x01 \x01(\tB\x1f\xbaH\x1cr\x1a2\x18^[A-Za-z_][A-Za-z0-9_]*$R\avarName\".\n" +
-	"\rFileInjection\x12\x1d\n" +
-	"\x04path\x18\x01 \x01(\tB\t\xbaH\x06r\x042\x02^/R\x04path\">\n" +
-	"\x10SidecarInjection\x12\x12\n" +
-	"\x04host\x18\x01 \x01(\tR\x04host\x12\x16\n" +
+	"\bvar_name\x18\x01 \x01(\tB\x1f\xbaH\x1cr\x1a2\x18^[A-Za-z_][A-Za-z0-9_]*$R\avarName\"3\n" +
+	"\rFileInjection\x12\"\n" +
+	"\x04path\x18\x01 \x01(\tB\x0e\xbaH\vr\t2\x02^/\xba\x01\x02..R\x04path\"G\n" +
+	"\x10SidecarInjection\x12\x1b\n" +
+	"\x04host\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04host\x12\x16\n" +
 	"\x06header\x18\x02 \x01(\tR\x06header\"\xce\x02\n" +
 	"\x0eResourceLimits\x12\x15\n" +
 	"\x03cpu\x18\x01 \x01(\tH\x00R\x03cpu\x88\x01\x01\x12\x1b\n" +

@@ -1399,15 +1399,13 @@ const file_layer0_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"event_type\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\teventType\x12K\n" +
 	"\x14since_workflow_start\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x12sinceWorkflowStart\x12*\n" +
 	"\x04data\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x04data\x12\x19\n" +
-	"\btrace_id\x18\x05 \x01(\tR\atraceId\"\x9d\x02\n" +
-	"\x10SubscribeRequest\x12C\n" +
-	"\x05kinds\x18\x01 \x03(\x0e2\x1e.layer0.lifecycle.v1.EventKindB\r\xbaH\n" +
-	"\x92\x01\a\"\x05\x82\x01\x02\x10\x01R\x05kinds\x12\x1f\n" +
+	"\btrace_id\x18\x05 \x01(\tR\atraceId\"\xa1\x02\n" +
+	"\x10SubscribeRequest\x12E\n" +
+	"\x05kinds\x18\x01 \x03(\x0e2\x1e.layer0.lifecycle.v1.EventKindB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\x05kinds\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
-	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12I\n" +
-	"\asources\x18\x04 \x03(\x0e2 .layer0.lifecycle.v1.EventSourceB\r\xbaH\n" +
-	"\x92\x01\a\"\x05\x82\x01\x02\x10\x01R\asources\x12*\n" +
+	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12K\n" +
+	"\asources\x18\x04 \x03(\x0e2 .layer0.lifecycle.v1.EventSourceB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\asources\x12*\n" +
 	"\x0eafter_sequence\x18\x05 \x01(\x04H\x00R\rafterSequence\x88\x01\x01B\x11\n" +
 	"\x0f_after_sequence\"N\n" +
 	"\x11SubscribeResponse\x129\n" +

@@ -534,7 +534,7 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
 	"\x06Resume\x12*\n" +
 	"\fresume_token\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\vresumeToken\x122\n" +
-	"\bdecision\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\bdecision\"\xdc\x03\n" +
+	"\bdecision\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\bdecision\"\xec\x04\n" +
 	"\rOperatorInput\x12:\n" +
 	"\amessage\x18\x01 \x01(\v2\x18.layer0.types.v1.ContentB\x06\xbaH\x03\xc8\x01\x01R\amessage\x12C\n" +
 	"\atrigger\x18\x02 \x01(\x0e2\x1f.layer0.operator.v1.TriggerTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\atrigger\x12%\n" +
@@ -545,7 +545,8 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x06config\x18\x05 \x01(\v2\".layer0.operator.v1.OperatorConfigR\x06config\x123\n" +
 	"\bmetadata\x18\x06 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12?\n" +
 	"\bdispatch\x18\a \x01(\v2#.layer0.operator.v1.DispatchContextR\bdispatch\x122\n" +
-	"\x06resume\x18\b \x01(\v2\x1a.layer0.operator.v1.ResumeR\x06resumeB\r\n" +
+	"\x06resume\x18\b \x01(\v2\x1a.layer0.operator.v1.ResumeR\x06resume:\x8d\x01\xbaH\x89\x01\x1a\x86\x01\n" +
+	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"\xfb\x02\n" +

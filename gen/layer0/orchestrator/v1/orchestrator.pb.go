@@ -106,7 +106,7 @@ type Workflow struct {
 	Steps uint32 `protobuf:"varint,5,opt,name=steps,proto3" json:"steps,omitempty"`
 	// Cost so far across all agents.
 	Spent *v1.Money `protobuf:"bytes,6,opt,name=spent,proto3" json:"spent,omitempty"`
-	// The workflow-wide budget; empty means none.
+	// The workflow-wide budget; unset means none.
 	Budget *v1.Money `protobuf:"bytes,7,opt,name=budget,proto3" json:"budget,omitempty"`
 	// The most recent operator output.
 	LastOutput *v11.OperatorOutput `protobuf:"bytes,8,opt,name=last_output,json=lastOutput,proto3" json:"last_output,omitempty"`

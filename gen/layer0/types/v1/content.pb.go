@@ -358,7 +358,7 @@ type ToolUseBlock struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The tool's registered name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// The arguments, as the model produced them (a JSON object).
+	// The arguments, as the model produced them: a JSON object.
 	Input         *structpb.Value `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -551,18 +551,20 @@ const file_layer0_types_v1_content_proto_rawDesc = "" +
 	"\x06custom\x18\x05 \x01(\v2\x1c.layer0.types.v1.CustomBlockH\x00R\x06customB\x0e\n" +
 	"\x05block\x12\x05\xbaH\x02\b\x01\"\x1f\n" +
 	"\tTextBlock\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"p\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\xf2\x01\n" +
 	"\n" +
 	"ImageBlock\x12\x14\n" +
-	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x1c\n" +
-	"\x03url\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x88\x01\x01H\x00R\x03url\x12\x1d\n" +
+	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12-\n" +
+	"\x03url\x18\x02 \x01(\tB\x19\xbaH\x16r\x142\x0f^(https?|data):\x88\x01\x01H\x00R\x03url\x12\x1d\n" +
 	"\n" +
-	"media_type\x18\x03 \x01(\tR\tmediaTypeB\x0f\n" +
-	"\x06source\x12\x05\xbaH\x02\b\x01\"r\n" +
+	"media_type\x18\x03 \x01(\tR\tmediaType:o\xbaHl\x1aj\n" +
+	"\x10image.media_type\x12,media_type is required for inline image data\x1a(!has(this.data) || this.media_type != ''B\x0f\n" +
+	"\x06source\x12\x05\xbaH\x02\b\x01\"\xba\x01\n" +
 	"\fToolUseBlock\x12\x17\n" +
 	"\x02id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x02id\x12\x1b\n" +
-	"\x04name\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\x12,\n" +
-	"\x05input\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05input\"o\n" +
+	"\x04name\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\x12t\n" +
+	"\x05input\x18\x03 \x01(\v2\x16.google.protobuf.ValueBF\xbaHC\xba\x01@\n" +
+	"\x0etool_use.input\x12\x1binput must be a JSON object\x1a\x11type(this) == mapR\x05input\"o\n" +
 	"\x0fToolResultBlock\x12'\n" +
 	"\vtool_use_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\ttoolUseId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x19\n" +

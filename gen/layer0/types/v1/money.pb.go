@@ -29,7 +29,7 @@ const (
 type Money struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A non-negative decimal number: digits, an optional point and digits,
-	// no exponent. The empty string means zero.
+	// no exponent, at most 64 characters. The empty string means zero.
 	Amount        string `protobuf:"bytes,1,opt,name=amount,proto3" json:"amount,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -76,9 +76,9 @@ var File_layer0_types_v1_money_proto protoreflect.FileDescriptor
 
 const file_layer0_types_v1_money_proto_rawDesc = "" +
 	"\n" +
-	"\x1blayer0/types/v1/money.proto\x12\x0flayer0.types.v1\x1a\x1bbuf/validate/validate.proto\">\n" +
-	"\x05Money\x125\n" +
-	"\x06amount\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^([0-9]+(\\.[0-9]+)?)?$R\x06amountB\xb6\x01\n" +
+	"\x1blayer0/types/v1/money.proto\x12\x0flayer0.types.v1\x1a\x1bbuf/validate/validate.proto\"@\n" +
+	"\x05Money\x127\n" +
+	"\x06amount\x18\x01 \x01(\tB\x1f\xbaH\x1cr\x1a\x18@2\x16^([0-9]+(\\.[0-9]+)?)?$R\x06amountB\xb6\x01\n" +
 	"\x13com.layer0.types.v1B\n" +
 	"MoneyProtoP\x01Z5github.com/secbear/neuron/gen/layer0/types/v1;typesv1\xa2\x02\x03LTX\xaa\x02\x0fLayer0.Types.V1\xca\x02\x0fLayer0\\Types\\V1\xe2\x02\x1bLayer0\\Types\\V1\\GPBMetadata\xea\x02\x11Layer0::Types::V1b\x06proto3"
 
