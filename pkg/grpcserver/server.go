@@ -76,7 +76,6 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("service", c.Name)
 	policy := e.policy
 	if !c.Dev && policy == nil {
 		p, err := auth.LoadPolicy(c.AuthPolicy)

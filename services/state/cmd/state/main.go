@@ -1,0 +1,108 @@
+// Command state serves layer0.state.v1.StateService: scoped JSON values
+// with revisions and full-text search, stored in bbolt (or in memory, for
+// tests). Every flag has an env fallback: --data-dir is
+// NEURON_STATE_DATA_DIR, and so on. Run with --help for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/flagenv"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/pkg/middleware/audit"
+	"github.com/secbear/neuron/services/state"
+)
+
+const envPrefix = "NEURON_STATE"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "state: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	srvCfg := grpcserver.Config{Name: "state", Addr: "127.0.0.1:7072"}
+	fs := flag.NewFlagSet("state", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	srvCfg.BindFlags(fs)
+	var (
+		dataDir     = fs.String("data-dir", ".data/state", "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
+		backend     = fs.String("backend", "bolt", "storage backend: bolt (durable) or memory (tests only; lost on exit)")
+		maxKey      = fs.Int("max-key-bytes", state.DefaultLimits().MaxKeyBytes, "largest key accepted, in bytes")
+		maxValue    = fs.Int("max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
+		lockTimeout = fs.Duration("lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
+		retention   = fs.Duration("idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
+		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat   = fs.String("log-format", "json", "json or text")
+	)
+	fs.Usage = flagenv.Usage(fs, envPrefix, "state: the layer0 StateService on bbolt")
+	if err := flagenv.Parse(fs, envPrefix, args, nil); err != nil {
+		return err
+	}
+	log, err := logging.New(stderr, logging.Options{Level: *logLevel, Format: *logFormat, Service: "state"})
+	if err != nil {
+		return err
+	}
+	// The server first: a bad security config fails before any file is made.
+	srv, err := grpcserver.New(srvCfg, log, grpcserver.WithInterceptors(
+		[]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor(audit.WithLogger(log))}, nil))
+	if err != nil {
+		return err
+	}
+	opts := []state.Option{
+		state.WithLimits(state.Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue}),
+		state.WithIdempotencyRetention(*retention),
+		state.WithLockTimeout(*lockTimeout),
+		state.WithLogger(log),
+	}
+	var store state.Backend
+	switch *backend {
+	case "bolt":
+		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		path := filepath.Join(*dataDir, "state.db")
+		b, err := state.OpenBolt(path, opts...)
+		if err != nil {
+			return err
+		}
+		store = b
+		log.Info("data", "file", path, "index", path+".bleve")
+	case "memory":
+		store = state.NewMemory(opts...)
+		log.Warn("IN-MEMORY BACKEND: nothing is durable; data is lost on exit")
+	default:
+		return fmt.Errorf("--backend %q: want bolt or memory", *backend)
+	}
+	defer store.Close()
+
+	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
+	lis, err := srv.Listen()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = srv.Serve(ctx, lis)
+	log.Info("exit", "uptime", time.Since(start).Round(time.Millisecond).String())
+	return err
+}

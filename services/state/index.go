@@ -1,0 +1,470 @@
+package state
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/keyword"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/standard"
+	"github.com/blevesearch/bleve/v2/analysis/lang/en"
+	"github.com/blevesearch/bleve/v2/index/scorch"
+	"github.com/blevesearch/bleve/v2/mapping"
+	index "github.com/blevesearch/bleve_index_api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The search index is a bleve (scorch) index beside the bbolt file. bbolt
+// is the source of truth; the index is derived from it and may lag:
+//
+//   - Every applied Write or Delete takes a sequence number (its revision
+//     counter value) and records it in the bbolt change log (bucket
+//     changes: seq -> scope+key) in the same transaction.
+//   - After the commit, the writer calls sync: under one lock, it reads
+//     the change log after the index's last sequence and the current value
+//     of each changed key in one read transaction, and applies them to the
+//     index in one bleve batch that also stores the new last sequence. So
+//     the index always reflects a prefix of the change log, concurrent
+//     writers share index batches, and an acknowledged Write is visible to
+//     Search when Write returns.
+//   - bleve persists batches asynchronously; once it reports a sequence
+//     persisted, later write transactions prune the change log up to it.
+//   - On open, the index is rebuilt from the kv bucket when it is missing,
+//     unreadable, built for another file or mapping, or older than the
+//     pruned change log; otherwise it catches up from the change log (the
+//     crash-between-commit-and-index case).
+//   - If an index update fails after a commit, the write still succeeds
+//     (it is durable); the next write or Search retries the catch-up.
+
+// Internal keys stored in the index.
+var (
+	internalSeq     = []byte("neuron.seq")
+	internalDBID    = []byte("neuron.db_id")
+	internalMapping = []byte("neuron.mapping")
+)
+
+// mappingVersion changes whenever indexMapping changes, forcing a rebuild.
+const mappingVersion = "1"
+
+// Index field names.
+const (
+	fieldScope = "scope"
+	fieldKey   = "key"
+	fieldText  = "text"
+	fieldRev   = "rev"
+)
+
+// indexBatchDocs bounds the documents of one bleve batch during rebuilds.
+const indexBatchDocs = 1000
+
+// runtimeConfig makes bleve batches return once searchable, persisting in
+// the background; durability comes from bbolt and the change log. It is a
+// fresh map per call: bleve writes into the map it is given (the store
+// path), so a shared map would point every index at the first one's files.
+func runtimeConfig() map[string]any { return map[string]any{"unsafe_batch": true} }
+
+// indexMapping indexes the text of values with English analysis (BM25
+// scoring, stemming, stop words), keys with standard analysis, and the
+// encoded scope as one exact term.
+func indexMapping() mapping.IndexMapping {
+	scopeField := bleve.NewKeywordFieldMapping()
+	scopeField.Analyzer = keyword.Name
+	scopeField.Store = false
+	scopeField.IncludeInAll = false
+	scopeField.IncludeTermVectors = false
+	scopeField.DocValues = false
+
+	textField := bleve.NewTextFieldMapping()
+	textField.Analyzer = en.AnalyzerName
+	textField.Store = true // for snippets
+	textField.IncludeTermVectors = true
+	textField.IncludeInAll = false
+	textField.DocValues = false
+
+	keyField := bleve.NewTextFieldMapping()
+	keyField.Analyzer = standard.Name
+	keyField.Store = false
+	keyField.IncludeTermVectors = false
+	keyField.IncludeInAll = false
+	keyField.DocValues = false
+
+	revField := bleve.NewTextFieldMapping()
+	revField.Index = false
+	revField.Store = true
+	revField.IncludeInAll = false
+	revField.IncludeTermVectors = false
+	revField.DocValues = false
+
+	doc := bleve.NewDocumentStaticMapping()
+	doc.AddFieldMappingsAt(fieldScope, scopeField)
+	doc.AddFieldMappingsAt(fieldText, textField)
+	doc.AddFieldMappingsAt(fieldKey, keyField)
+	doc.AddFieldMappingsAt(fieldRev, revField)
+
+	m := bleve.NewIndexMapping()
+	m.DefaultMapping = doc
+	m.ScoringModel = index.BM25Scoring
+	m.IndexDynamic = false
+	m.StoreDynamic = false
+	m.DocValuesDynamic = false
+	return m
+}
+
+type searchIndex struct {
+	path string
+	db   *bolt.DB
+	dbID string
+	log  *slog.Logger
+
+	mu  sync.Mutex // serialises updates
+	idx bleve.Index
+	// indexed: every change up to this sequence is searchable.
+	indexed atomic.Uint64
+	// durable: every change up to this sequence is persisted by bleve.
+	durable atomic.Uint64
+	// batches counts commits; persisted is the last one bleve persisted.
+	batches   atomic.Uint64
+	persisted atomic.Uint64
+	// opened says how openIndex got the index (for logs and tests).
+	opened string
+}
+
+// openIndex opens the index at path for the bbolt file db, rebuilding or
+// catching it up as needed.
+func openIndex(path string, db *bolt.DB, dbID string, log *slog.Logger) (*searchIndex, error) {
+	s := &searchIndex{path: path, db: db, dbID: dbID, log: log}
+	idx, seq, reason := s.tryOpen()
+	if idx != nil {
+		s.idx = idx
+		s.indexed.Store(seq)
+		s.durable.Store(seq)
+		n, err := s.catchUp()
+		if err == nil {
+			s.opened = fmt.Sprintf("opened, caught up %d changes", n)
+			if n > 0 {
+				log.Info("search index caught up from the database", "path", path, "changes", n)
+			}
+			return s, nil
+		}
+		_ = idx.Close()
+		reason = fmt.Sprintf("catch-up failed: %v", err)
+	}
+	log.Warn("rebuilding search index from the database", "path", path, "reason", reason)
+	if err := s.rebuild(); err != nil {
+		return nil, err
+	}
+	s.opened = "rebuilt: " + reason
+	return s, nil
+}
+
+// tryOpen opens an existing index that can be caught up, or says why it
+// must be rebuilt.
+func (s *searchIndex) tryOpen() (idx bleve.Index, seq uint64, reason string) {
+	if _, err := os.Stat(s.path); errors.Is(err, os.ErrNotExist) {
+		return nil, 0, "index missing"
+	}
+	idx, err := openBleve(s.path)
+	if err != nil {
+		return nil, 0, fmt.Sprintf("index unreadable: %v", err)
+	}
+	seq, reason = s.check(idx)
+	if reason != "" {
+		_ = idx.Close()
+		return nil, 0, reason
+	}
+	return idx, seq, ""
+}
+
+// openBleve opens the index, turning a panic on a damaged index into an
+// error.
+func openBleve(path string) (idx bleve.Index, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			idx, err = nil, fmt.Errorf("panic opening index: %v", r)
+		}
+	}()
+	return bleve.OpenUsing(path, runtimeConfig())
+}
+
+// check compares the index's bookkeeping with the database.
+func (s *searchIndex) check(idx bleve.Index) (seq uint64, reason string) {
+	get := func(k []byte) string {
+		v, err := idx.GetInternal(k)
+		if err != nil {
+			return ""
+		}
+		return string(v)
+	}
+	if got := get(internalDBID); got != s.dbID {
+		return 0, "index belongs to another database (or was never completed)"
+	}
+	if got := get(internalMapping); got != mappingVersion {
+		return 0, fmt.Sprintf("index mapping is version %q; this build uses %q", got, mappingVersion)
+	}
+	seq, err := strconv.ParseUint(get(internalSeq), 10, 64)
+	if err != nil {
+		return 0, "index has no sequence number"
+	}
+	var last, pruned uint64
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		last, pruned = readU64(meta.Get(metaSeq)), readU64(meta.Get(metaChangesPruned))
+		return nil
+	})
+	switch {
+	case seq > last:
+		return 0, fmt.Sprintf("index is at change %d, ahead of the database at %d", seq, last)
+	case seq < pruned:
+		return 0, fmt.Sprintf("index is at change %d, older than the change log (pruned to %d)", seq, pruned)
+	}
+	return seq, ""
+}
+
+// rebuild replaces the index with one built from every key in the
+// database.
+func (s *searchIndex) rebuild() error {
+	if err := os.RemoveAll(s.path); err != nil {
+		return err
+	}
+	idx, err := bleve.NewUsing(s.path, indexMapping(), scorch.Name, scorch.Name, runtimeConfig())
+	if err != nil {
+		return err
+	}
+	s.idx = idx
+	var last uint64
+	batch := idx.NewBatch()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		last = readU64(tx.Bucket(bucketMeta).Get(metaSeq))
+		return tx.Bucket(bucketKV).ForEach(func(ck, rec []byte) error {
+			d, err := makeDoc(ck, rec)
+			if err != nil {
+				return err
+			}
+			if err := batch.Index(docID(ck), d); err != nil {
+				return err
+			}
+			if batch.Size() >= indexBatchDocs {
+				if err := idx.Batch(batch); err != nil {
+					return err
+				}
+				batch.Reset()
+			}
+			return nil
+		})
+	})
+	if err == nil {
+		batch.SetInternal(internalDBID, []byte(s.dbID))
+		batch.SetInternal(internalMapping, []byte(mappingVersion))
+		err = s.commit(batch, last)
+	}
+	if err != nil {
+		_ = idx.Close()
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	// Wait until the new index is on disk, so a crash now cannot leave a
+	// half-written index behind (it would be rebuilt again, but bleve
+	// handles some half-written indexes badly).
+	if !s.waitPersisted(closeFlushTimeout) {
+		s.log.Warn("rebuilt search index is not yet persisted", "path", s.path)
+	}
+	return nil
+}
+
+// commit applies batch and records that the index now holds every change
+// up to seq.
+// Commits are serialised (by s.mu, or by openIndex running alone).
+func (s *searchIndex) commit(batch *bleve.Batch, seq uint64) error {
+	gen := s.batches.Load() + 1
+	batch.SetInternal(internalSeq, []byte(strconv.FormatUint(seq, 10)))
+	batch.SetPersistedCallback(func(err error) {
+		if err == nil {
+			storeMax(&s.persisted, gen)
+			storeMax(&s.durable, seq)
+		}
+	})
+	if err := s.idx.Batch(batch); err != nil {
+		return err
+	}
+	s.batches.Store(gen)
+	s.indexed.Store(seq)
+	return nil
+}
+
+// waitPersisted waits up to timeout for bleve to persist every committed
+// batch and reports whether it did.
+func (s *searchIndex) waitPersisted(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for s.persisted.Load() < s.batches.Load() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// sync makes every change up to seq searchable.
+func (s *searchIndex) sync(seq uint64) error {
+	if s.indexed.Load() >= seq {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.indexed.Load() >= seq {
+		return nil // a concurrent writer's batch covered it
+	}
+	_, err := s.catchUp()
+	return err
+}
+
+// catchUp applies every change after the index's sequence, returning how
+// many keys it updated. The caller holds s.mu (or is openIndex).
+func (s *searchIndex) catchUp() (int, error) {
+	from := s.indexed.Load()
+	var last uint64
+	changed := map[string]indexDoc{} // by doc id; nil means deleted
+	err := s.db.View(func(tx *bolt.Tx) error {
+		last = readU64(tx.Bucket(bucketMeta).Get(metaSeq))
+		if last <= from {
+			return nil
+		}
+		kv := tx.Bucket(bucketKV)
+		c := tx.Bucket(bucketChanges).Cursor()
+		for k, ck := c.Seek(u64(from + 1)); k != nil; k, ck = c.Next() {
+			id := docID(ck)
+			if _, seen := changed[id]; seen {
+				continue
+			}
+			rec := kv.Get(ck)
+			if rec == nil {
+				changed[id] = nil
+				continue
+			}
+			d, err := makeDoc(ck, rec)
+			if err != nil {
+				return err
+			}
+			changed[id] = d
+		}
+		return nil
+	})
+	if err != nil || last <= from {
+		return 0, err
+	}
+	batch := s.idx.NewBatch()
+	for id, d := range changed {
+		if d == nil {
+			batch.Delete(id)
+		} else if err := batch.Index(id, d); err != nil {
+			return 0, err
+		}
+		if batch.Size() >= indexBatchDocs {
+			if err := s.idx.Batch(batch); err != nil {
+				return 0, err
+			}
+			batch.Reset()
+		}
+	}
+	return len(changed), s.commit(batch, last)
+}
+
+// indexDoc is the document indexed for one key: fieldScope, fieldKey,
+// fieldText and fieldRev, all strings.
+type indexDoc = map[string]any
+
+// docID is the index id of the key at ck (scope + key).
+func docID(ck []byte) string { return base64.RawURLEncoding.EncodeToString(ck) }
+
+// scopeTerm is the indexed scope field of an encoded scope.
+func scopeTerm(enc []byte) string { return base64.RawURLEncoding.EncodeToString(enc) }
+
+// makeDoc builds the document of a kv record. It copies everything out of
+// ck and rec.
+func makeDoc(ck, rec []byte) (indexDoc, error) {
+	enc, key, err := splitKey(ck)
+	if err != nil {
+		return nil, err
+	}
+	rev, raw, err := decodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	v, err := unmarshalValue(raw)
+	if err != nil {
+		return nil, err
+	}
+	return indexDoc{
+		fieldScope: scopeTerm(enc),
+		fieldKey:   key,
+		fieldText:  valueText(v),
+		fieldRev:   strconv.FormatUint(rev, 10),
+	}, nil
+}
+
+// search runs query in the scope encoded as enc.
+func (s *searchIndex) search(ctx context.Context, enc []byte, query string, limit int) ([]SearchHit, error) {
+	inScope := bleve.NewTermQuery(scopeTerm(enc))
+	inScope.SetField(fieldScope)
+	inText := bleve.NewMatchQuery(query)
+	inText.SetField(fieldText)
+	inKey := bleve.NewMatchQuery(query)
+	inKey.SetField(fieldKey)
+	inKey.SetBoost(keyWeight)
+	q := bleve.NewConjunctionQuery(inScope, bleve.NewDisjunctionQuery(inText, inKey))
+
+	req := bleve.NewSearchRequestOptions(q, limit, 0, false)
+	req.Fields = []string{fieldText, fieldRev}
+	req.IncludeLocations = true
+	req.SortBy([]string{"-_score", "_id"})
+	res, err := s.idx.SearchInContext(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("search index: %w", err)
+	}
+	hits := make([]SearchHit, 0, len(res.Hits))
+	prefix := scopeTerm(enc)
+	for _, h := range res.Hits {
+		ck, err := base64.RawURLEncoding.DecodeString(h.ID)
+		if err != nil || !strings.HasPrefix(string(ck), string(enc)) {
+			return nil, fmt.Errorf("search index: document %q is not in scope %s", h.ID, prefix)
+		}
+		text, _ := h.Fields[fieldText].(string)
+		revText, _ := h.Fields[fieldRev].(string)
+		rev, _ := strconv.ParseUint(revText, 10, 64)
+		var spans []span
+		for _, locs := range h.Locations[fieldText] {
+			for _, l := range locs {
+				spans = append(spans, span{int(l.Start), int(l.End)})
+			}
+		}
+		hits = append(hits, SearchHit{Key: string(ck[len(enc):]), Score: h.Score, Snippet: snippet(text, spans), Revision: rev})
+	}
+	return hits, nil
+}
+
+// closeFlushTimeout bounds how long close waits for bleve to persist.
+const closeFlushTimeout = 10 * time.Second
+
+// close waits (bounded) until bleve has persisted every applied batch, as
+// bleve's Close drops unpersisted ones, then closes the index. Whatever
+// is not persisted is caught up from the change log on the next open.
+func (s *searchIndex) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.waitPersisted(closeFlushTimeout) {
+		s.log.Warn("closing search index before it persisted; it will catch up on next open",
+			"persisted", s.durable.Load(), "indexed", s.indexed.Load())
+	}
+	return s.idx.Close()
+}
