@@ -18,7 +18,6 @@ const (
 	ReasonNonRetryable  = "OPERATOR_NON_RETRYABLE"
 	ReasonStaleRevision = "STALE_REVISION"
 	ReasonLimitExceeded = "LIMIT_EXCEEDED"
-	ReasonReadOnly      = "READ_ONLY_CREDENTIAL"
 )
 
 // Kind is a class of error with exactly one gRPC code and, where a caller
@@ -50,7 +49,6 @@ var (
 	OutOfRange         = &Kind{"out of range", codes.OutOfRange, ""}
 	Unauthenticated    = &Kind{"unauthenticated", codes.Unauthenticated, ""}
 	PermissionDenied   = &Kind{"permission denied", codes.PermissionDenied, ""}
-	ReadOnly           = &Kind{"read-only credential", codes.PermissionDenied, ReasonReadOnly}
 	Unavailable        = &Kind{"unavailable", codes.Unavailable, ""}
 	Retryable          = &Kind{"retryable", codes.Unavailable, ReasonRetryable}
 	NonRetryable       = &Kind{"non-retryable", codes.FailedPrecondition, ReasonNonRetryable}
@@ -64,7 +62,7 @@ var (
 var kinds = []*Kind{
 	InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, StaleRevision,
 	ResourceExhausted, LimitExceeded, OutOfRange, Unauthenticated, PermissionDenied,
-	ReadOnly, Unavailable, Retryable, NonRetryable, Canceled, DeadlineExceeded,
+	Unavailable, Retryable, NonRetryable, Canceled, DeadlineExceeded,
 	Unimplemented, Internal,
 }
 

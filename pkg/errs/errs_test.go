@@ -17,8 +17,8 @@ func TestEveryKindHasOneCode(t *testing.T) {
 		StaleRevision: codes.FailedPrecondition, ResourceExhausted: codes.ResourceExhausted,
 		LimitExceeded: codes.ResourceExhausted, OutOfRange: codes.OutOfRange,
 		Unauthenticated: codes.Unauthenticated, PermissionDenied: codes.PermissionDenied,
-		ReadOnly: codes.PermissionDenied, Unavailable: codes.Unavailable,
-		Retryable: codes.Unavailable, NonRetryable: codes.FailedPrecondition,
+		Unavailable: codes.Unavailable,
+		Retryable:   codes.Unavailable, NonRetryable: codes.FailedPrecondition,
 		Canceled: codes.Canceled, DeadlineExceeded: codes.DeadlineExceeded,
 		Unimplemented: codes.Unimplemented, Internal: codes.Internal,
 	}

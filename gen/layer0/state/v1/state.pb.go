@@ -148,7 +148,9 @@ type WriteRequest struct {
 	ExpectedRevision *uint64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
 	// A retried write with the same key (within the scope) is recognised:
 	// it is not applied again and returns the revision of the first
-	// attempt, with replayed = true. Empty: no deduplication.
+	// attempt, with replayed = true, even when the key has moved on since.
+	// Keys are remembered for the server's retention (default 24h); a
+	// failed attempt is not remembered. Empty: no deduplication.
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -282,8 +284,9 @@ type DeleteRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// The key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// Delete only if the key's current revision equals this. Unset:
-	// delete unconditionally.
+	// Delete only if the key's current revision equals this; 0 means "the
+	// key must not exist" (a no-op that fails when it does). Unset: delete
+	// unconditionally.
 	ExpectedRevision *uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
 	// A retried delete with the same key is recognised and not applied
 	// again. Empty: no deduplication.

@@ -33,6 +33,13 @@ const (
 // StateService stores JSON values under keys in disjoint scopes, with a
 // revision per key and full-text search. Operators get a read-only
 // credential (Read, List, Search); only the orchestrator writes.
+//
+// Reasons named below are sent as google.rpc.ErrorInfo details with
+// domain "layer0.neuron.dev". Revisions come from one counter per store:
+// a key's revisions strictly increase and are never reused, even after a
+// delete and re-create, but they are not consecutive per key. Key and
+// value limits are server configuration (defaults: 4096 bytes of key,
+// 1 MiB of value measured as compact JSON).
 type StateServiceClient interface {
 	// Read returns the current value and revision of one key.
 	// Errors: INVALID_ARGUMENT for a missing scope or an empty key;
@@ -45,20 +52,25 @@ type StateServiceClient interface {
 	// over the size limit; RESOURCE_EXHAUSTED for a value over the size
 	// limit; FAILED_PRECONDITION (reason STALE_REVISION) when
 	// expected_revision does not match, in which case nothing changes;
-	// PERMISSION_DENIED for a read-only credential.
+	// INVALID_ARGUMENT when idempotency_key was already used in this scope
+	// for another key or operation; PERMISSION_DENIED for a read-only
+	// credential.
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
 	// Delete removes a key. Deleting a missing key is a no-op.
 	// Errors: INVALID_ARGUMENT for a missing scope or an empty key;
 	// FAILED_PRECONDITION (reason STALE_REVISION) when expected_revision
-	// does not match; PERMISSION_DENIED for a read-only credential.
+	// does not match; INVALID_ARGUMENT when idempotency_key was already
+	// used in this scope for another key or operation; PERMISSION_DENIED for
+	// a read-only credential.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// List returns keys with a prefix in one scope, in byte order of the
 	// key, one page at a time.
 	// Errors: INVALID_ARGUMENT for a missing scope, a bad page_size or a
 	// page_token that this server did not issue for this scope and prefix.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
-	// Search ranks the scope's values by full-text relevance to a query
-	// (BM25 or equivalent over the text of the JSON values).
+	// Search ranks the scope's entries by full-text relevance to a query
+	// (BM25 or equivalent over the string leaves of the JSON values; keys
+	// may also match, with a lower weight).
 	// Errors: INVALID_ARGUMENT for a missing scope, an empty query or a bad
 	// limit.
 	Search(ctx context.Context, in *SearchRequest, opts ...grpc.CallOption) (*SearchResponse, error)
@@ -129,6 +141,13 @@ func (c *stateServiceClient) Search(ctx context.Context, in *SearchRequest, opts
 // StateService stores JSON values under keys in disjoint scopes, with a
 // revision per key and full-text search. Operators get a read-only
 // credential (Read, List, Search); only the orchestrator writes.
+//
+// Reasons named below are sent as google.rpc.ErrorInfo details with
+// domain "layer0.neuron.dev". Revisions come from one counter per store:
+// a key's revisions strictly increase and are never reused, even after a
+// delete and re-create, but they are not consecutive per key. Key and
+// value limits are server configuration (defaults: 4096 bytes of key,
+// 1 MiB of value measured as compact JSON).
 type StateServiceServer interface {
 	// Read returns the current value and revision of one key.
 	// Errors: INVALID_ARGUMENT for a missing scope or an empty key;
@@ -141,20 +160,25 @@ type StateServiceServer interface {
 	// over the size limit; RESOURCE_EXHAUSTED for a value over the size
 	// limit; FAILED_PRECONDITION (reason STALE_REVISION) when
 	// expected_revision does not match, in which case nothing changes;
-	// PERMISSION_DENIED for a read-only credential.
+	// INVALID_ARGUMENT when idempotency_key was already used in this scope
+	// for another key or operation; PERMISSION_DENIED for a read-only
+	// credential.
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
 	// Delete removes a key. Deleting a missing key is a no-op.
 	// Errors: INVALID_ARGUMENT for a missing scope or an empty key;
 	// FAILED_PRECONDITION (reason STALE_REVISION) when expected_revision
-	// does not match; PERMISSION_DENIED for a read-only credential.
+	// does not match; INVALID_ARGUMENT when idempotency_key was already
+	// used in this scope for another key or operation; PERMISSION_DENIED for
+	// a read-only credential.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// List returns keys with a prefix in one scope, in byte order of the
 	// key, one page at a time.
 	// Errors: INVALID_ARGUMENT for a missing scope, a bad page_size or a
 	// page_token that this server did not issue for this scope and prefix.
 	List(context.Context, *ListRequest) (*ListResponse, error)
-	// Search ranks the scope's values by full-text relevance to a query
-	// (BM25 or equivalent over the text of the JSON values).
+	// Search ranks the scope's entries by full-text relevance to a query
+	// (BM25 or equivalent over the string leaves of the JSON values; keys
+	// may also match, with a lower weight).
 	// Errors: INVALID_ARGUMENT for a missing scope, an empty query or a bad
 	// limit.
 	Search(context.Context, *SearchRequest) (*SearchResponse, error)

@@ -1,0 +1,184 @@
+package state_test
+
+import (
+	"context"
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	conformance "github.com/secbear/neuron/pkg/conformance/state"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/middleware/audit"
+	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/services/state"
+)
+
+var (
+	addr              = flag.String("addr", "", "StateService to check (host:port); empty: start the reference service in process")
+	tokenFile         = flag.String("token-file", "", "file holding a bearer token allowed every method")
+	readOnlyTokenFile = flag.String("readonly-token-file", "", "file holding a bearer token allowed only Read, List and Search")
+	maxKeyBytes       = flag.Int("max-key-bytes", conformance.DefaultMaxKeyBytes, "the server's key size limit")
+	maxValueBytes     = flag.Int("max-value-bytes", conformance.DefaultMaxValueBytes, "the server's value size limit")
+	useTLS            = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
+	caFile            = flag.String("ca", "", "CA bundle that signed the server's certificate")
+	serverName        = flag.String("server-name", "", "server name to verify in the server's certificate")
+)
+
+// The limits of the in-process servers: not the defaults, so the suite is
+// seen to follow the configured limits.
+var inProcessLimits = state.Limits{MaxKeyBytes: 1024, MaxValueBytes: 64 << 10}
+
+// TestConformance runs the suite against -addr, or against the reference
+// service over bbolt and over memory.
+func TestConformance(t *testing.T) {
+	if *addr != "" {
+		t.Run("remote", func(t *testing.T) { conformance.Run(t, remoteTarget(t)) })
+		return
+	}
+	backends := []struct {
+		name string
+		open func(t *testing.T) state.Backend
+	}{
+		{"bolt", func(t *testing.T) state.Backend {
+			b, err := state.OpenBolt(filepath.Join(t.TempDir(), "state.db"), state.WithLimits(inProcessLimits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+		{"memory", func(t *testing.T) state.Backend { return state.NewMemory(state.WithLimits(inProcessLimits)) }},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			store := b.open(t)
+			t.Cleanup(func() { // runs last: after the servers stopped
+				if err := store.Close(); err != nil {
+					t.Errorf("close %s backend: %v", b.name, err)
+				}
+			})
+			conformance.Run(t, inProcessTarget(t, store))
+		})
+	}
+}
+
+// remoteTarget dials -addr with the flags' credentials.
+func remoteTarget(t *testing.T) conformance.Target {
+	secure := *useTLS || *caFile != ""
+	dial := func(tokenFile string) *grpc.ClientConn {
+		return dial(t, grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: tokenFile})
+	}
+	target := conformance.Target{Conn: dial(*tokenFile), MaxKeyBytes: *maxKeyBytes, MaxValueBytes: *maxValueBytes}
+	if *readOnlyTokenFile != "" {
+		target.ReadOnly = dial(*readOnlyTokenFile)
+	}
+	if *tokenFile != "" || *readOnlyTokenFile != "" {
+		target.Anonymous = dial("")
+	}
+	return target
+}
+
+// inProcessTarget serves store twice on loopback through the standard
+// server chain: in dev mode (no auth), which the suite writes through,
+// and with an auth policy of a writer and a read-only operator, for the
+// access checks. Both serve the same store.
+func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
+	dir := t.TempDir()
+	readerTok := writeToken(t, dir, "reader.tok", "reader-token-0123456789abcdef")
+	policy, err := auth.NewPolicy([]auth.Principal{
+		{Name: "orchestrator", Tokens: []string{"writer-token-0123456789abcdef"}, Allow: []string{"*"}},
+		{Name: "operator", Tokens: []string{"reader-token-0123456789abcdef"}, Allow: []string{
+			"/layer0.state.v1.StateService/Read",
+			"/layer0.state.v1.StateService/List",
+			"/layer0.state.v1.StateService/Search",
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devAddr := serve(t, grpcserver.Config{Name: "state", Dev: true}, store)
+	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true}, store, grpcserver.WithPolicy(policy))
+
+	target := conformance.Target{
+		Conn:          dial(t, grpcclient.Config{Target: devAddr, Dev: true}),
+		ReadOnly:      dial(t, grpcclient.Config{Target: authAddr, Plaintext: true, TokenFile: readerTok}),
+		Anonymous:     dial(t, grpcclient.Config{Target: authAddr, Plaintext: true}),
+		MaxKeyBytes:   inProcessLimits.MaxKeyBytes,
+		MaxValueBytes: inProcessLimits.MaxValueBytes,
+	}
+	waitServing(t, target.Conn.(*grpc.ClientConn))
+	waitServing(t, target.Anonymous.(*grpc.ClientConn)) // health needs no credential
+	return target
+}
+
+// serve runs the state service on a loopback port like cmd/state does
+// (standard chain plus the audit interceptor) until the test ends.
+func serve(t *testing.T, cfg grpcserver.Config, store state.Backend, opts ...grpcserver.Option) string {
+	t.Helper()
+	opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor()}, nil))
+	srv, err := grpcserver.New(cfg, nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+func dial(t *testing.T, cfg grpcclient.Config) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpcclient.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func writeToken(t *testing.T, dir, name, token string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// waitServing waits until the server behind conn reports the service
+// SERVING (Serve sets it just after it starts accepting).
+func waitServing(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "layer0.state.v1.StateService"})
+		cancel()
+		if err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not become SERVING: %v %v", res.GetStatus(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
