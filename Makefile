@@ -55,8 +55,9 @@ run: build ## Bring the system up locally (placeholder until every service exist
 	@echo "Each binary serves alone, e.g.: bin/state --dev --data-dir .data/state"
 
 .PHONY: bench
-bench: ## Run the benchmarks (go test -bench); never part of make test.
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: ## Run the benchmarks (never part of make test), then the StateService table (scripts/bench-state.sh).
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /services/state/benchmark)
+	bash scripts/bench-state.sh
 
 .PHONY: clean
 clean: ## Remove build output.

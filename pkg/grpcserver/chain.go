@@ -7,13 +7,13 @@ import (
 	"runtime/debug"
 
 	"buf.build/go/protovalidate"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	pvmw "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/protovalidate"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/middleware/calllog"
 	"github.com/secbear/neuron/pkg/middleware/errmap"
 )
 
@@ -31,15 +31,12 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	if err != nil {
 		return chain{}, fmt.Errorf("protovalidate: %w", err)
 	}
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
-			if p := auth.PrincipalFrom(ctx); p != nil {
-				return logging.Fields{"principal", p.Name}
-			}
-			return nil
-		}),
-	}
+	principal := calllog.WithFields(func(ctx context.Context) []slog.Attr {
+		if p := auth.PrincipalFrom(ctx); p != nil {
+			return []slog.Attr{slog.String("principal", p.Name)}
+		}
+		return nil
+	})
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		method, _ := grpc.Method(ctx)
 		log.ErrorContext(ctx, "panic in handler", "grpc.method", method,
@@ -53,8 +50,8 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	c.unary = append(c.unary, auth.UnarySlotInterceptor())
 	c.stream = append(c.stream, auth.StreamSlotInterceptor())
 	// 1. logging: one line per finished call, through the redacting logger.
-	c.unary = append(c.unary, logging.UnaryServerInterceptor(slogAdapter(log), logOpts...))
-	c.stream = append(c.stream, logging.StreamServerInterceptor(slogAdapter(log), logOpts...))
+	c.unary = append(c.unary, calllog.UnaryServerInterceptor(log, principal))
+	c.stream = append(c.stream, calllog.StreamServerInterceptor(log, principal))
 	// 2. errmap: the single place errors become statuses.
 	c.unary = append(c.unary, errmap.UnaryServerInterceptor(em))
 	c.stream = append(c.stream, errmap.StreamServerInterceptor(em))
@@ -73,11 +70,4 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	c.unary = append(c.unary, unary...)
 	c.stream = append(c.stream, stream...)
 	return c, nil
-}
-
-// slogAdapter lets go-grpc-middleware's logging write through slog.
-func slogAdapter(l *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		l.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
 }

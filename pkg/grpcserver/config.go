@@ -32,6 +32,9 @@ type Config struct {
 	MaxConcurrentStreams uint
 	// ShutdownTimeout bounds the graceful stop before calls are cut.
 	ShutdownTimeout time.Duration
+	// Telemetry installs the otelgrpc stats handler: a span and metrics
+	// per call, trace context taken from incoming metadata.
+	Telemetry bool
 }
 
 // Defaults.
@@ -44,6 +47,7 @@ const (
 // BindFlags registers the shared server flags on fs, with cfg's current
 // values as defaults. Use with flagenv.Parse for env fallbacks.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
+	*c = c.withDefaults() // so --help shows the real defaults
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address (host:port)")
 	fs.BoolVar(&c.Dev, "dev", c.Dev, "development mode: no TLS, no authentication (never in production)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "server certificate PEM file")
@@ -54,6 +58,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "largest request message accepted")
 	fs.IntVar(&c.MaxSendMsgBytes, "max-send-msg-bytes", c.MaxSendMsgBytes, "largest response message sent")
 	fs.UintVar(&c.MaxConcurrentStreams, "max-concurrent-streams", c.MaxConcurrentStreams, "concurrent calls per connection")
+	fs.BoolVar(&c.Telemetry, "otel", c.Telemetry, "OpenTelemetry spans and metrics for every call (to the process's OTel providers)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful stop limit before in-flight calls are cut")
 }
 

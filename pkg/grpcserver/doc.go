@@ -4,7 +4,7 @@
 //
 // The chain, outermost first (see chain.go):
 //
-//	otelgrpc stats handler   traces and metrics for every call
+//	otelgrpc stats handler   traces and metrics for every call (--otel)
 //	logging                  one structured line per finished call (redacted)
 //	errmap                   errors to statuses, once (errs.ToStatus)
 //	recovery                 panics become INTERNAL "internal error"

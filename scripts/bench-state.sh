@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench-state.sh: the StateService benchmarks (issue 3) as a table, with
+# the ratios the issue sets targets for:
+#   Read:  service throughput / bare grpc-go echo throughput   (>= 50%)
+#   Write: service throughput at concurrency 64 / at 1        (>= 5x)
+#
+# Usage:
+#   scripts/bench-state.sh            run services/state/benchmark COUNT
+#                                     times (default 3) and report medians
+#   scripts/bench-state.sh FILE       report from FILE, the output of a
+#                                     `go test -bench` run that included
+#                                     that package (make bench does this)
+#
+# It only reports: a missed target is printed as MISSED, never an exit
+# status, since timings depend on the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkg=github.com/secbear/neuron/services/state/benchmark
+if [ $# -ge 1 ]; then
+  out=$1
+  runs="the run in $out"
+else
+  count=${COUNT:-3}
+  out=$(mktemp)
+  trap 'rm -f "$out"' EXIT
+  cmd="go test -run '^\$' -bench . -benchmem -benchtime ${BENCHTIME:-3s} -count $count ./services/state/benchmark"
+  echo "$cmd" >&2
+  go test -run '^$' -bench . -benchmem -benchtime "${BENCHTIME:-3s}" -count "$count" ./services/state/benchmark | tee "$out" >&2
+  runs="median of $count runs of: $cmd"
+fi
+
+# 1. name<TAB>unit<TAB>value for every metric of the package's benchmarks.
+# 2. the median of each (name, unit).
+# 3. the table and the ratios.
+awk -v pkg="$pkg" '
+  /^pkg: / { inpkg = ($2 == pkg); next }
+  /^(ok|FAIL|PASS)/ { next }
+  inpkg && /^Benchmark(Read|Write)\// {
+    name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+    for (i = 3; i < NF; i += 2)
+      if ($(i+1) == "ops/s" || $(i+1) == "p50-us" || $(i+1) == "p99-us") print name "\t" $(i+1) "\t" $i
+  }
+' "$out" |
+sort -t "$(printf '\t')" -k1,1 -k2,2 -k3,3g |
+awk -F '\t' '
+  { key = $1 "\t" $2; n[key]++; v[key, n[key]] = $3; if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
+  END { for (i = 1; i <= k; i++) { key = order[i]; c = n[key]; print key "\t" (c % 2 ? v[key, (c+1)/2] : (v[key, c/2] + v[key, c/2+1]) / 2) } }
+' |
+awk -F '\t' -v runs="$runs" -v cpus="$(getconf _NPROCESSORS_ONLN)" -v gov="$(go env GOVERSION)" '
+  { m[$1, $2] = $3; if (!($1 in seen)) { seen[$1] = 1; names[++k] = $1 } }
+  function ops(name) { return m[name, "ops/s"] + 0 }
+  function ratio(label, a, b, target, isPct, fmtv) {
+    if (ops(a) == 0 || ops(b) == 0) { printf "| %s | (not measured) | %s | |\n", label, target; return }
+    r = ops(a) / ops(b)
+    fmtv = isPct ? sprintf("%.0f%%", 100 * r) : sprintf("%.2fx", r)
+    verdict = ""
+    if (target ~ /%/) { t = target; gsub(/[^0-9.]/, "", t); verdict = (100 * r >= t) ? "met" : "MISSED" }
+    else if (target ~ /x/) { t = target; gsub(/[^0-9.]/, "", t); verdict = (r >= t) ? "met" : "MISSED" }
+    printf "| %s | %s | %s | %s |\n", label, fmtv, target, verdict
+  }
+  END {
+    if (k == 0) { print "bench-state: no services/state/benchmark results found" > "/dev/stderr"; exit 1 }
+    printf "StateService benchmarks: %s; %s CPUs, %s\n\n", runs, cpus, gov
+    print "| op | server | concurrency | ops/s | p50 µs | p99 µs |"
+    print "|---|---|---:|---:|---:|---:|"
+    nt = split("Read/service Read/echo Read/bolt Write/service Write/bolt Write/boltbatch", targets, " ")
+    for (i = 1; i <= nt; i++) for (c = 1; c <= 64; c += 63) {
+      name = targets[i] "/conc=" c
+      if (!(name in seen)) continue
+      split(name, p, "/")
+      printf "| %s | %s | %d | %.0f | %.1f | %.1f |\n", p[1], p[2], c, m[name, "ops/s"], m[name, "p50-us"], m[name, "p99-us"]
+    }
+    print ""
+    print "| ratio (throughput) | measured | target | |"
+    print "|---|---:|---:|---|"
+    ratio("Read: service / echo, concurrency 1", "Read/service/conc=1", "Read/echo/conc=1", ">= 50%", 1)
+    ratio("Read: service / echo, concurrency 64", "Read/service/conc=64", "Read/echo/conc=64", ">= 50%", 1)
+    ratio("Write: service concurrency 64 / concurrency 1", "Write/service/conc=64", "Write/service/conc=1", ">= 5x", 0)
+    ratio("Read: service / raw bbolt, concurrency 64", "Read/service/conc=64", "Read/bolt/conc=64", "", 1)
+    ratio("Write: service / raw bbolt Update, concurrency 1", "Write/service/conc=1", "Write/bolt/conc=1", "", 1)
+    ratio("Write: service / raw bbolt Batch, concurrency 64", "Write/service/conc=64", "Write/boltbatch/conc=64", "", 1)
+    ratio("Write: raw bbolt Batch concurrency 64 / Update concurrency 1", "Write/boltbatch/conc=64", "Write/bolt/conc=1", "", 0)
+  }
+'

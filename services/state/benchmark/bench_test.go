@@ -1,0 +1,354 @@
+//go:build unix
+
+package benchmark
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/pkg/middleware/audit"
+	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/state"
+)
+
+// Workload.
+const (
+	readKeys  = 1000  // keys preloaded for Read
+	writeKeys = 10000 // Write cycles over this many keys
+	values    = 64    // distinct values, built once
+)
+
+// concurrencies are the numbers of goroutines issuing calls at once. They
+// are explicit goroutines (not RunParallel, which multiplies by
+// GOMAXPROCS), all sharing one client connection or one *bolt.DB.
+var concurrencies = []int{1, 64}
+
+var benchScope = scope.Session("bench")
+
+// BenchmarkRead reads preloaded keys through the service, from raw bbolt,
+// and calls the echo server, at each concurrency.
+func BenchmarkRead(b *testing.B) {
+	svc := startService(b)
+	raw := openRaw(b)
+	echo := startEcho(b)
+	vals := makeValues(b)
+	reads := make([]*statev1.ReadRequest, readKeys)
+	for i := range reads {
+		key := fmt.Sprintf("key-%05d", i)
+		reads[i] = &statev1.ReadRequest{Scope: benchScope, Key: key}
+		if _, err := svc.Write(context.Background(), &statev1.WriteRequest{Scope: benchScope, Key: key, Value: vals.msg[i%values]}); err != nil {
+			b.Fatal(err)
+		}
+		if err := raw.Update(func(tx *bolt.Tx) error { return tx.Bucket(rawBucket).Put([]byte(key), vals.raw[i%values]) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ping := &healthpb.HealthCheckRequest{}
+	settle(b) // let bleve finish merging the preload's segments
+
+	forEachConc(b, "service", func(b *testing.B, conc int) {
+		measure(b, conc, func(i int) error {
+			_, err := svc.Read(context.Background(), reads[i%readKeys])
+			return err
+		})
+	})
+	forEachConc(b, "bolt", func(b *testing.B, conc int) {
+		measure(b, conc, func(i int) error {
+			key := []byte(reads[i%readKeys].GetKey())
+			return raw.View(func(tx *bolt.Tx) error {
+				v := tx.Bucket(rawBucket).Get(key)
+				if v == nil {
+					return fmt.Errorf("key %s missing", key)
+				}
+				_ = slices.Clone(v) // copy out, as the service does
+				return nil
+			})
+		})
+	})
+	forEachConc(b, "echo", func(b *testing.B, conc int) {
+		measure(b, conc, func(int) error {
+			_, err := echo.Check(context.Background(), ping)
+			return err
+		})
+	})
+}
+
+// BenchmarkWrite overwrites keys through the service and in raw bbolt
+// (one Update per write, and bbolt's own Batch), at each concurrency. All
+// are durable: every acknowledged write is fsynced.
+func BenchmarkWrite(b *testing.B) {
+	svc := startService(b)
+	raw := openRaw(b)
+	vals := makeValues(b)
+	writes := make([]*statev1.WriteRequest, writeKeys)
+	for i := range writes {
+		writes[i] = &statev1.WriteRequest{Scope: benchScope, Key: fmt.Sprintf("key-%05d", i), Value: vals.msg[i%values]}
+	}
+	var next atomic.Int64 // the key to write next, shared by every run
+
+	forEachConc(b, "service", func(b *testing.B, conc int) {
+		measure(b, conc, func(int) error {
+			_, err := svc.Write(context.Background(), writes[next.Add(1)%writeKeys])
+			return err
+		})
+	})
+	rawPut := func(i int64) func(tx *bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			return tx.Bucket(rawBucket).Put([]byte(writes[i%writeKeys].GetKey()), vals.raw[i%values])
+		}
+	}
+	forEachConc(b, "bolt", func(b *testing.B, conc int) {
+		measure(b, conc, func(int) error { return raw.Update(rawPut(next.Add(1))) })
+	})
+	forEachConc(b, "boltbatch", func(b *testing.B, conc int) {
+		measure(b, conc, func(int) error { return raw.Batch(rawPut(next.Add(1))) })
+	})
+}
+
+func forEachConc(b *testing.B, target string, fn func(b *testing.B, conc int)) {
+	b.Run(target, func(b *testing.B) {
+		for _, conc := range concurrencies {
+			b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) { fn(b, conc) })
+		}
+	})
+}
+
+// measure runs op b.N times split over conc goroutines, timing each call
+// into a slice preallocated per goroutine, and reports throughput and the
+// 50th and 99th percentile latency.
+func measure(b *testing.B, conc int, op func(i int) error) {
+	lat := make([][]time.Duration, conc)
+	for w := range conc {
+		n := b.N / conc
+		if w < b.N%conc {
+			n++
+		}
+		lat[w] = make([]time.Duration, n)
+	}
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		errMu sync.Mutex
+		first error
+	)
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			mine := lat[w]
+			for i := range mine {
+				t0 := time.Now()
+				err := op(w + i*conc)
+				mine[i] = time.Since(t0)
+				if err != nil {
+					errMu.Lock()
+					first = cmp.Or(first, err)
+					errMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	if first != nil {
+		b.Fatal(first)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(micros(percentile(all, 0.50)), "p50-us")
+	b.ReportMetric(micros(percentile(all, 0.99)), "p99-us")
+}
+
+// percentile of sorted latencies, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// benchValues are the values written, as messages and as the bytes raw
+// bbolt stores (the same proto encoding the service stores).
+type benchValues struct {
+	msg []*structpb.Value
+	raw [][]byte
+}
+
+func makeValues(b *testing.B) benchValues {
+	var v benchValues
+	for i := range values {
+		msg, err := structpb.NewValue(map[string]any{
+			"title": fmt.Sprintf("note %d", i),
+			"text":  fmt.Sprintf("benchmark note %d: the agent read the quarterly report and filed a summary for review", i),
+			"tags":  []any{"bench", "state"},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, err := proto.Marshal(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v.msg, v.raw = append(v.msg, msg), append(v.raw, raw)
+	}
+	return v
+}
+
+// startService serves the real StateService on a bbolt file, on loopback
+// TCP, built as cmd/state builds it: grpcserver in dev mode (the standard
+// chain: logging, errmap, recovery, protovalidate) plus the audit
+// interceptor, logging JSON at info level (to io.Discard, so the cost of
+// formatting is in, the terminal's is not).
+func startService(b *testing.B) statev1.StateServiceClient {
+	b.Helper()
+	log, err := logging.New(io.Discard, logging.Options{Level: "info", Format: "json", Service: "state"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := state.OpenBolt(filepath.Join(b.TempDir(), "state.db"), state.WithLogger(log))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Addr: "127.0.0.1:0", Dev: true}, log,
+		grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor(audit.WithLogger(log))}, nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
+	lis, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		if err := store.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return statev1.NewStateServiceClient(dial(b, lis.Addr().String()))
+}
+
+// startEcho serves a bare grpc-go server (no options, no interceptors)
+// with only the standard health service, on loopback TCP.
+func startEcho(b *testing.B) healthpb.HealthClient {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	done := make(chan error, 1)
+	go func() { done <- gs.Serve(lis) }()
+	b.Cleanup(func() {
+		gs.Stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	c := healthpb.NewHealthClient(dial(b, lis.Addr().String()))
+	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// dial returns one plain client connection, the same for the service and
+// the echo server, so the comparison is of the servers.
+func dial(b *testing.B, addr string) *grpc.ClientConn {
+	b.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// settle waits (at most 30s) until this process is nearly idle: after a
+// preload, bleve merges index segments in the background for a while,
+// and on 2 cores that would be measured as part of whatever runs next.
+func settle(b *testing.B) {
+	b.Helper()
+	const window = 200 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		before := cpuTime(b)
+		time.Sleep(window)
+		busy := cpuTime(b) - before
+		if busy < window/10 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Logf("process still busy (%v CPU per %v) after 30s; measuring anyway", busy, window)
+			return
+		}
+	}
+}
+
+// cpuTime is the user and system CPU time of this process.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var rawBucket = []byte("kv")
+
+// openRaw opens a bbolt file with one bucket, with the options the
+// service uses (defaults plus a lock timeout: fsync on every commit).
+func openRaw(b *testing.B) *bolt.DB {
+	b.Helper()
+	db, err := bolt.Open(filepath.Join(b.TempDir(), "raw.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(rawBucket)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return db
+}
