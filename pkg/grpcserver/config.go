@@ -80,7 +80,8 @@ func (c *Config) withDefaults() Config {
 }
 
 // validate reports a config that would start an insecure or broken server.
-func (c *Config) validate() error {
+// havePolicy says a policy was given in code (WithPolicy), not by file.
+func (c *Config) validate(havePolicy bool) error {
 	if c.MaxRecvMsgBytes < 0 || c.MaxSendMsgBytes < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("message sizes and shutdown timeout must not be negative")
 	}
@@ -93,7 +94,7 @@ func (c *Config) validate() error {
 	if c.Dev {
 		return nil
 	}
-	if c.AuthPolicy == "" {
+	if c.AuthPolicy == "" && !havePolicy {
 		return fmt.Errorf("security is on: set --auth-policy (a principals file), or --dev for local development")
 	}
 	if c.TLSCert == "" && !c.Plaintext {

@@ -67,10 +67,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		o(&e)
 	}
 	c := cfg.withDefaults()
-	if e.policy != nil && c.AuthPolicy == "" && !c.Dev {
-		c.AuthPolicy = "(in memory)"
-	}
-	if err := c.validate(); err != nil {
+	if err := c.validate(e.policy != nil); err != nil {
 		return nil, err
 	}
 	if log == nil {

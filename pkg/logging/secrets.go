@@ -43,6 +43,3 @@ func RedactString(s string) string {
 	}
 	return secretValue.ReplaceAllString(s, Redacted)
 }
-
-// LooksSecret reports whether s contains something credential-shaped.
-func LooksSecret(s string) bool { return secretValue.MatchString(s) }

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,13 +100,8 @@ func LoadPolicy(path string) (*Policy, error) {
 	return p, nil
 }
 
-// byBearer finds the principal of a token in constant time per entry.
+// byBearer finds the principal of a token. Tokens are looked up by their
+// SHA-256, so lookup timing says nothing about the tokens themselves.
 func (p *Policy) byBearer(token string) *Principal {
-	h := sha256.Sum256([]byte(token))
-	for k, pr := range p.byToken {
-		if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {
-			return pr
-		}
-	}
-	return nil
+	return p.byToken[sha256.Sum256([]byte(token))]
 }
