@@ -1,0 +1,226 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultMaxOutput is the cap on captured stdout, and separately on
+// stderr, when Policy.MaxOutput is zero.
+const DefaultMaxOutput = 1 << 20
+
+// Policy says what a sandboxed process may do. The zero value of every
+// field but Workspace is usable.
+type Policy struct {
+	// Workspace is the directory tree the child may read and write. It
+	// must be an absolute path to an existing directory other than "/".
+	Workspace string
+
+	// ReadOnly lists extra files or directory trees the child may read
+	// (and execute). They must exist. They add to the defaults that are
+	// always granted: /usr, /bin, /sbin, /lib*, a short list of files in
+	// /etc that programs need (the loader cache, users and groups, name
+	// resolution, time zone, CA certificates; not /etc as a whole, where
+	// /etc/shadow and private keys live), /dev/random and /dev/urandom,
+	// and read-write /dev/null, /dev/zero and /dev/full. $HOME and /proc
+	// are never granted by default.
+	ReadOnly []string
+	// ReadWrite lists extra files or directory trees the child may read
+	// and write (e.g. a cache directory). They must exist.
+	ReadWrite []string
+
+	// Env is the child's entire environment, as KEY=VALUE entries:
+	// nothing is inherited from the calling process. Nil means
+	// DefaultEnv(Workspace); a non-nil empty slice means an empty
+	// environment.
+	Env []string
+
+	// Dir is the child's working directory; relative paths are taken
+	// relative to Workspace. Empty means Workspace.
+	Dir string
+
+	// Limits are resource limits set with setrlimit in the child.
+	Limits Limits
+
+	// Timeout bounds the run by wall clock; when it expires the whole
+	// process group is killed with SIGKILL and Result.TimedOut is set.
+	// Zero means no limit other than the context passed to Run.
+	Timeout time.Duration
+
+	// MaxOutput caps the captured bytes of stdout, and separately of
+	// stderr. Bytes past the cap are read and discarded but counted in
+	// Result.StdoutSize / StderrSize. Zero means DefaultMaxOutput.
+	MaxOutput int
+
+	// PrivateTmp makes Run create an empty directory under os.TempDir(),
+	// grant it read-write, set TMPDIR to it in the child environment
+	// (replacing any TMPDIR in Env) and remove it after the run.
+	PrivateTmp bool
+
+	// RestrictNetwork makes Landlock deny TCP bind(2) and connect(2)
+	// (Landlock ABI 4+; UDP too from ABI 10). Run fails when the kernel
+	// cannot enforce it. For complete isolation use Namespaces.Net.
+	RestrictNetwork bool
+
+	// Namespaces puts the child in new Linux namespaces.
+	Namespaces Namespaces
+
+	// AllowUnconfined lets Run go ahead without Landlock when the kernel
+	// does not support it; the other protections (environment, limits,
+	// timeout, namespaces) still apply. For development machines only:
+	// never set it in production, where the missing kernel feature must
+	// be a hard error.
+	AllowUnconfined bool
+}
+
+// Limits are setrlimit(2) limits of the child (soft and hard limit
+// alike, so the child cannot raise them). Zero leaves a limit as
+// inherited from the calling process.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU: after this much CPU time the child
+	// gets SIGXCPU, one second later SIGKILL.
+	CPUSeconds uint64
+	// AddressSpaceBytes is RLIMIT_AS, the size of the virtual address
+	// space. Runtimes that reserve large address ranges up front (Go,
+	// the JVM, V8) need generous values.
+	AddressSpaceBytes uint64
+	// OpenFiles is RLIMIT_NOFILE, one more than the highest file
+	// descriptor number the child may open.
+	OpenFiles uint64
+	// FileSizeBytes is RLIMIT_FSIZE: a write past this size fails and the
+	// writer gets SIGXFSZ.
+	FileSizeBytes uint64
+	// Processes is RLIMIT_NPROC, counted per user across the whole
+	// system, not per sandbox. The kernel ignores it when the child's
+	// uid is 0 on the host, which is the case for a server running as
+	// root, with or without Namespaces.User (it maps the child's root to
+	// the caller's uid). Such a server must bound the process tree
+	// another way: Namespaces.PID (one kill ends it) plus the timeout.
+	Processes uint64
+}
+
+// DefaultLimits are modest limits suited to running shell commands: 1024
+// open files and 1 GiB per written file. They leave CPU time, address
+// space and processes unlimited (the wall-clock timeout bounds a run).
+func DefaultLimits() Limits {
+	return Limits{OpenFiles: 1024, FileSizeBytes: 1 << 30}
+}
+
+// Namespaces selects new Linux namespaces for the child. As root every
+// combination works; an unprivileged caller must also set User.
+type Namespaces struct {
+	// User runs the child in a new user namespace as uid and gid 0,
+	// mapped to the caller's uid and gid; setgroups is disabled.
+	User bool
+	// PID makes the child pid 1 of a new pid namespace. When it exits
+	// the kernel kills every other process in the namespace. /proc is
+	// not remounted (it is not granted by default anyway).
+	PID bool
+	// Net gives the child a new network namespace containing only a
+	// loopback interface, which is down.
+	Net bool
+	// IPC gives the child new System V IPC and POSIX message queues.
+	IPC bool
+	// UTS gives the child its own hostname and domain name.
+	UTS bool
+}
+
+// defaultReadOnly are the paths every sandboxed process may read and
+// execute (see Policy.ReadOnly). Missing ones are skipped.
+var defaultReadOnly = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload",
+	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+	"/etc/hosts", "/etc/host.conf", "/etc/resolv.conf", "/etc/gai.conf",
+	"/etc/services", "/etc/protocols",
+	"/etc/localtime", "/etc/timezone",
+	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
+	"/etc/alternatives", "/etc/mime.types", "/etc/os-release", "/etc/gitconfig",
+	"/dev/random", "/dev/urandom",
+}
+
+// defaultReadWrite are devices every sandboxed process may read and
+// write. Missing ones are skipped.
+var defaultReadWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
+
+// DefaultEnv is a minimal environment for a child working in workspace:
+// a system PATH, HOME and TMPDIR set to the workspace, and a UTF-8
+// locale.
+func DefaultEnv(workspace string) []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + workspace,
+		"TMPDIR=" + workspace,
+		"LANG=C.UTF-8",
+	}
+}
+
+// markerEnv marks a trampoline invocation of the binary; see Main.
+const (
+	markerEnv   = "NEURON_SANDBOX_TRAMPOLINE"
+	markerValue = "1"
+)
+
+// validate checks p and argv and returns a copy with defaults filled in.
+func (p Policy) validate(argv []string) (Policy, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return p, errors.New("sandbox: empty argv")
+	}
+	if p.Workspace == "" || !filepath.IsAbs(p.Workspace) {
+		return p, fmt.Errorf("sandbox: workspace %q must be an absolute path", p.Workspace)
+	}
+	p.Workspace = filepath.Clean(p.Workspace)
+	if p.Workspace == "/" {
+		return p, errors.New(`sandbox: workspace must not be "/"`)
+	}
+	switch {
+	case p.Dir == "":
+		p.Dir = p.Workspace
+	case !filepath.IsAbs(p.Dir):
+		p.Dir = filepath.Join(p.Workspace, p.Dir)
+	}
+	for _, list := range [][]string{p.ReadOnly, p.ReadWrite} {
+		for _, path := range list {
+			if !filepath.IsAbs(path) {
+				return p, fmt.Errorf("sandbox: path %q must be absolute", path)
+			}
+		}
+	}
+	if p.Env == nil {
+		p.Env = DefaultEnv(p.Workspace)
+	}
+	p.Env = append([]string(nil), p.Env...)
+	for _, kv := range p.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return p, fmt.Errorf("sandbox: environment entry %q is not KEY=VALUE", kv)
+		}
+		if k == markerEnv {
+			return p, fmt.Errorf("sandbox: environment must not contain %s", markerEnv)
+		}
+	}
+	if p.MaxOutput < 0 {
+		return p, fmt.Errorf("sandbox: negative MaxOutput %d", p.MaxOutput)
+	}
+	if p.MaxOutput == 0 {
+		p.MaxOutput = DefaultMaxOutput
+	}
+	if p.Timeout < 0 {
+		return p, fmt.Errorf("sandbox: negative Timeout %v", p.Timeout)
+	}
+	return p, nil
+}
+
+// setEnv returns env with key set to value, replacing earlier entries.
+func setEnv(env []string, key, value string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
+}

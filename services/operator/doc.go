@@ -1,0 +1,19 @@
+// Package operator implements layer0.operator.v1.OperatorService: one agent
+// cycle, the ReAct loop.
+//
+// An invocation reads the session's history through a read-only State
+// client, assembles the system prompt (base + the input's addendum) and the
+// tools the input allows, then loops: pre-inference hooks, one model call,
+// post-inference hooks, tool calls (read-only tools of one response in
+// parallel, side-effecting ones in order; effect tools declare Effects
+// instead of running), and the exit checks (max turns, max cost, max
+// duration, the tool-failure circuit breaker, exit-check hooks). The new
+// conversation turns come back as a WriteMemory effect on the session
+// scope: the operator never writes state itself.
+//
+// The loop does not retry. A model failure surfaces as a status the caller
+// acts on: UNAVAILABLE with reason OPERATOR_RETRYABLE when a retry may
+// help, FAILED_PRECONDITION with reason OPERATOR_NON_RETRYABLE when it
+// will not (including output cut at the model's max tokens and responses
+// stopped by the provider's content filter).
+package operator

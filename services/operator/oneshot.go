@@ -1,0 +1,77 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+)
+
+// MaxOneShotInput bounds the OperatorInput read from stdin in one-shot
+// mode, like the server's message size limit.
+const MaxOneShotInput = 16 << 20
+
+// One-shot exit codes. A status error exits with ExitStatusBase plus its
+// gRPC code (e.g. 24 for UNAVAILABLE), so a shell can tell them apart.
+const (
+	ExitComplete   = 0  // output on stdout, exit kind COMPLETE
+	ExitNotDone    = 3  // output on stdout, any other exit kind
+	ExitStatusBase = 10 // google.rpc.Status on stdout
+)
+
+// RunOneShot runs one invocation without serving: an OperatorInput as
+// protojson on stdin, the OperatorOutput as protojson on stdout. On
+// failure stdout holds a google.rpc.Status as protojson (code, message
+// and the ErrorInfo detail, exactly what a gRPC caller would receive) and
+// stderr one line for a person. It returns the process exit code. This is
+// how the environment service runs an operator inside isolation: only
+// data crosses the boundary.
+func RunOneShot(ctx context.Context, op *Operator, stdin io.Reader, stdout, stderr io.Writer) int {
+	out, err := oneShot(ctx, op, stdin)
+	if err != nil {
+		st := errs.ToStatus(err)
+		b, merr := protojson.Marshal(st.Proto())
+		if merr == nil {
+			_, _ = stdout.Write(append(b, '\n'))
+		}
+		fmt.Fprintf(stderr, "operator: %s: %s\n", st.Code(), st.Message())
+		return ExitStatusBase + int(st.Code())
+	}
+	b, err := protojson.Marshal(out)
+	if err != nil {
+		fmt.Fprintf(stderr, "operator: encoding output: %v\n", err)
+		return ExitStatusBase + int(errs.Internal.Code())
+	}
+	if _, err := stdout.Write(append(b, '\n')); err != nil {
+		fmt.Fprintf(stderr, "operator: writing output: %v\n", err)
+		return ExitStatusBase + int(errs.Unavailable.Code())
+	}
+	if out.GetExitReason().GetKind() != operatorv1.ExitKind_EXIT_KIND_COMPLETE {
+		return ExitNotDone
+	}
+	return ExitComplete
+}
+
+func oneShot(ctx context.Context, op *Operator, stdin io.Reader) (*operatorv1.OperatorOutput, error) {
+	data, err := io.ReadAll(io.LimitReader(stdin, MaxOneShotInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading OperatorInput from stdin: %v: %w", err, errs.InvalidArgument)
+	}
+	if len(data) > MaxOneShotInput {
+		return nil, fmt.Errorf("OperatorInput on stdin is larger than %d bytes: %w", MaxOneShotInput, errs.LimitExceeded)
+	}
+	in := &operatorv1.OperatorInput{}
+	if err := protojson.Unmarshal(data, in); err != nil {
+		return nil, fmt.Errorf("stdin is not an OperatorInput in protojson: %v: %w", err, errs.InvalidArgument)
+	}
+	// The same rules the gRPC server checks before its handler runs.
+	if err := protovalidate.Validate(&operatorv1.ExecuteRequest{Input: in}); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errs.InvalidArgument)
+	}
+	return op.Execute(ctx, in, nil)
+}

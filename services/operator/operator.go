@@ -1,0 +1,128 @@
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/operator/hook"
+	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/tool"
+)
+
+// Operator runs invocations. It is safe for concurrent use: each
+// invocation has its own state.
+type Operator struct {
+	cfg     Config
+	router  provider.Router
+	tools   *tool.Registry
+	hooks   *hook.Registry
+	history History
+	log     *slog.Logger
+}
+
+// Option sets an optional dependency.
+type Option func(*Operator)
+
+// WithTools sets the tool registry; without it the operator has no tools.
+func WithTools(r *tool.Registry) Option { return func(o *Operator) { o.tools = r } }
+
+// WithHooks sets the hook registry; without it no hooks run.
+func WithHooks(r *hook.Registry) Option { return func(o *Operator) { o.hooks = r } }
+
+// WithHistory sets where session history is read from. Without it an
+// input that names a session is refused with FAILED_PRECONDITION, since
+// its history could not be read and would be silently lost.
+func WithHistory(h History) Option { return func(o *Operator) { o.history = h } }
+
+// New returns an operator. The default model must route.
+func New(cfg Config, router provider.Router, log *slog.Logger, opts ...Option) (*Operator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if router == nil {
+		return nil, errors.New("operator: a model router is required")
+	}
+	if _, _, err := router.Route(cfg.Model); err != nil {
+		return nil, fmt.Errorf("default model: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &Operator{cfg: cfg, router: router, log: log}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.tools == nil {
+		o.tools = tool.NewRegistry()
+	}
+	return o, nil
+}
+
+// Events receives progress events of an invocation, in order. An error
+// from it (the client went away) ends the invocation with that error.
+type Events func(*operatorv1.ExecuteStreamResponse) error
+
+// Execute runs one invocation. Limits end the loop with an ExitReason and
+// an output; errors are returned for what the caller must act on (see the
+// package doc). events may be nil.
+func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, events Events) (*operatorv1.OperatorOutput, error) {
+	if in == nil || in.GetMessage() == nil {
+		return nil, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
+	}
+	if in.GetResume() != nil {
+		return nil, fmt.Errorf("input.resume: this operator never suspends, so there is nothing to resume: %w", errs.FailedPrecondition)
+	}
+	lim, err := o.cfg.resolve(in.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	prov, model, err := o.router.Route(lim.model)
+	if err != nil {
+		return nil, fmt.Errorf("config.model: %w", err)
+	}
+	specs, err := o.tools.Specs(lim.allowed, lim.restrict)
+	if err != nil {
+		return nil, fmt.Errorf("config.allowed_tools: %w", err)
+	}
+	if in.SessionId != nil && o.history == nil {
+		return nil, fmt.Errorf("session_id %q given, but this operator has no state service to read the session's history from; configure --state-addr or omit session_id: %w",
+			in.GetSessionId(), errs.FailedPrecondition)
+	}
+
+	r := &run{
+		op:       o,
+		in:       in,
+		lim:      lim,
+		provider: prov,
+		model:    model,
+		specs:    specs,
+		events:   events,
+		start:    time.Now(),
+		keyBase:  in.GetDispatch().GetDispatchId(),
+		log:      o.log.With("dispatch_id", in.GetDispatch().GetDispatchId(), "workflow_id", in.GetDispatch().GetWorkflowId()),
+	}
+	if r.keyBase == "" {
+		r.keyBase = "inv-" + randomHex(8)
+	}
+	r.allowed = make(map[string]bool, len(specs))
+	for _, s := range specs {
+		r.allowed[s.Name] = true
+	}
+	if prov.Name() == provider.ScriptedName {
+		r.log.Warn("SCRIPTED MODEL: replies come from a script, not from a language model")
+	}
+	return r.execute(ctx)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
+}

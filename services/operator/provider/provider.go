@@ -1,0 +1,183 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/shopspring/decimal"
+)
+
+// Role is who said a message.
+type Role int
+
+const (
+	// User is the person, or the operator feeding back tool results.
+	User Role = iota + 1
+	// Assistant is the model.
+	Assistant
+)
+
+func (r Role) String() string {
+	switch r {
+	case User:
+		return "user"
+	case Assistant:
+		return "assistant"
+	}
+	return "unknown"
+}
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role  Role
+	Parts []Part
+}
+
+// Part is one piece of a message. Exactly one field is set.
+type Part struct {
+	Text       string
+	ToolUse    *ToolUse
+	ToolResult *ToolResult
+	Image      *Image
+}
+
+// IsText reports whether the part is plain text.
+func (p Part) IsText() bool { return p.ToolUse == nil && p.ToolResult == nil && p.Image == nil }
+
+// ToolUse is the model asking for a tool call.
+type ToolUse struct {
+	// ID is the model's id for the call; the result refers to it.
+	ID   string
+	Name string
+	// Input is the raw JSON the model produced. It may be malformed: the
+	// tool registry validates it, the provider never fixes it up.
+	Input json.RawMessage
+}
+
+// ToolResult is a tool's answer, fed back to the model.
+type ToolResult struct {
+	ToolUseID string
+	Content   string
+	IsError   bool
+}
+
+// Image is an image given to the model, inline or by URL.
+type Image struct {
+	Data      []byte
+	URL       string
+	MediaType string
+}
+
+// ToolSpec describes a tool to the model.
+type ToolSpec struct {
+	Name        string
+	Description string
+	// InputSchema is a JSON Schema object.
+	InputSchema json.RawMessage
+}
+
+// Request is one model call.
+type Request struct {
+	// Model is a catalog name; empty means the provider's default.
+	Model    string
+	System   string
+	Messages []Message
+	Tools    []ToolSpec
+	// MaxTokens caps the response; 0 means the provider's default.
+	MaxTokens int
+	// Metadata is the invocation's opaque passthrough (trace ids, routing);
+	// providers may forward what their API accepts and ignore the rest.
+	Metadata map[string]any
+	// OnText, when set, receives text as the model produces it. A
+	// provider that cannot stream calls it once with the whole text.
+	OnText func(text string)
+}
+
+// StopReason is why the model stopped producing output.
+type StopReason int
+
+const (
+	// StopEndTurn is a final answer.
+	StopEndTurn StopReason = iota + 1
+	// StopToolUse means the response asks for tool calls.
+	StopToolUse
+	// StopMaxTokens means the output was cut at the token limit.
+	StopMaxTokens
+	// StopContentFilter means the provider refused or filtered the output.
+	StopContentFilter
+)
+
+func (s StopReason) String() string {
+	switch s {
+	case StopEndTurn:
+		return "end_turn"
+	case StopToolUse:
+		return "tool_use"
+	case StopMaxTokens:
+		return "max_tokens"
+	case StopContentFilter:
+		return "content_filter"
+	}
+	return "unknown"
+}
+
+// Usage is what one call consumed, as the provider reported it.
+type Usage struct {
+	InputTokens      uint64
+	OutputTokens     uint64
+	CacheReadTokens  uint64
+	CacheWriteTokens uint64
+}
+
+// Add returns the sum of two usages.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		InputTokens:      u.InputTokens + v.InputTokens,
+		OutputTokens:     u.OutputTokens + v.OutputTokens,
+		CacheReadTokens:  u.CacheReadTokens + v.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens,
+	}
+}
+
+// Response is the model's answer to one call.
+type Response struct {
+	Parts []Part
+	Stop  StopReason
+	Usage Usage
+	// Model is the model that actually answered (after any fallback).
+	Model string
+	// Cost of this call in USD, computed by the provider from its price
+	// list; zero when the model is free or unpriced.
+	Cost decimal.Decimal
+}
+
+// ToolUses returns the response's tool calls in order.
+func (r *Response) ToolUses() []*ToolUse {
+	var out []*ToolUse
+	for _, p := range r.Parts {
+		if p.ToolUse != nil {
+			out = append(out, p.ToolUse)
+		}
+	}
+	return out
+}
+
+// Text returns the response's text parts joined.
+func (r *Response) Text() string {
+	var s string
+	for _, p := range r.Parts {
+		if p.IsText() {
+			s += p.Text
+		}
+	}
+	return s
+}
+
+// Provider is a language model.
+type Provider interface {
+	// Name identifies the provider in output metadata and logs, e.g.
+	// "anthropic"; the built-in deterministic model is "scripted".
+	Name() string
+	// Complete runs one model call.
+	Complete(ctx context.Context, req *Request) (*Response, error)
+}

@@ -1,0 +1,274 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/services/operator/hook"
+	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/tool"
+)
+
+// call is one tool call of a model response and what became of it.
+type call struct {
+	use    *provider.ToolUse
+	input  json.RawMessage // validated (and possibly hook-modified) input
+	result provider.ToolResult
+	failed bool // counts toward the circuit breaker
+	halt   *operatorv1.ExitReason
+	effect *typesv1.Effect
+	record *operatorv1.SubDispatchRecord
+}
+
+// runTools runs the tool calls of one response: consecutive read-only
+// calls together in parallel, everything else (side-effecting tools and
+// effect tools) one at a time in the model's order. Results enter the
+// context in the model's order. A hook halt stops the calls not yet
+// started; they are answered "not run" so the conversation stays valid.
+func (r *run) runTools(ctx context.Context, uses []*provider.ToolUse) (*operatorv1.ExitReason, error) {
+	calls := make([]*call, len(uses))
+	for i, u := range uses {
+		calls[i] = &call{use: u}
+	}
+	var halt *operatorv1.ExitReason
+	for i := 0; i < len(calls); {
+		j := i + 1
+		if r.readOnly(calls[i].use.Name) {
+			for j < len(calls) && r.readOnly(calls[j].use.Name) {
+				j++
+			}
+		}
+		group := calls[i:j]
+		if halt != nil {
+			for _, c := range group {
+				c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: "Not run: " + halt.GetMessage(), IsError: true}
+			}
+			i = j
+			continue
+		}
+		if len(group) == 1 {
+			r.runOne(ctx, group[0])
+		} else {
+			var wg sync.WaitGroup
+			for _, c := range group {
+				wg.Go(func() { r.runOne(ctx, c) })
+			}
+			wg.Wait()
+		}
+		for _, c := range group {
+			if err := r.settle(c); err != nil {
+				return nil, err
+			}
+			if c.halt != nil && halt == nil {
+				halt = c.halt
+			}
+		}
+		i = j
+	}
+	results := make([]provider.Part, len(calls))
+	for i, c := range calls {
+		results[i] = provider.Part{ToolResult: &c.result}
+	}
+	msg := provider.Message{Role: provider.User, Parts: results}
+	r.messages = append(r.messages, msg)
+	r.newTurns = append(r.newTurns, msg)
+	return halt, nil
+}
+
+// readOnly reports whether a call may run in parallel with its neighbours.
+func (r *run) readOnly(name string) bool {
+	e, ok := r.op.tools.Lookup(name)
+	return ok && r.allowed[name] && !e.Effect && e.Spec.Tier == tool.ReadOnly
+}
+
+// settle accounts for a finished call, in the model's order: effects,
+// records, the circuit breaker and the finished event.
+func (r *run) settle(c *call) error {
+	if c.effect != nil {
+		if err := r.declare(c.effect); err != nil {
+			return err
+		}
+	}
+	if c.record != nil {
+		r.records = append(r.records, c.record)
+		if c.failed {
+			r.failures++
+		} else {
+			r.failures = 0
+		}
+		return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ToolCallFinished{
+			ToolCallFinished: &operatorv1.ToolCallFinished{
+				Turn: r.turns, ToolUseId: c.use.ID, Name: c.use.Name,
+				Result: c.result.Content, IsError: c.result.IsError, Duration: c.record.GetDuration(),
+			},
+		}})
+	}
+	return nil
+}
+
+// runOne takes one call through validation, hooks and execution. It
+// touches only c (and reads r), so calls of a group run concurrently;
+// settle applies the results.
+func (r *run) runOne(ctx context.Context, c *call) {
+	start := time.Now()
+	name := c.use.Name
+	fail := func(msg string) {
+		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: msg, IsError: true}
+		c.failed = true
+		c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Error: msg}
+	}
+	entry, ok := r.op.tools.Lookup(name)
+	if !ok || !r.allowed[name] {
+		fail(fmt.Sprintf("Unknown tool %q. Available tools: %s.", name, strings.Join(r.toolNames(), ", ")))
+		return
+	}
+	input, err := r.op.tools.Validate(name, c.use.Input)
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+
+	hc := r.hookContext(operatorv1.HookPoint_HOOK_POINT_PRE_TOOL_USE)
+	hc.ToolName, hc.ToolUseId, hc.ToolInput = name, c.use.ID, inputValue(input)
+	d := r.runHooks(ctx, hc)
+	switch d.Kind {
+	case operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT:
+		c.halt = haltReason(d)
+		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: "Not run: " + c.halt.GetMessage(), IsError: true}
+		return
+	case operatorv1.HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL:
+		msg := fmt.Sprintf("Skipped by policy (hook %s): %s", d.Hook, d.Reason)
+		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: msg, IsError: true}
+		c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Error: msg}
+		return
+	case operatorv1.HookActionKind_HOOK_ACTION_KIND_MODIFY_TOOL_INPUT:
+		modified := valueJSON(d.NewInput)
+		if input, err = r.op.tools.Validate(name, modified); err != nil {
+			fail(fmt.Sprintf("Hook %s rewrote the arguments into an invalid form: %v", d.Hook, err))
+			return
+		}
+		hc.ToolInput = d.NewInput
+	}
+	c.input = input
+	if err := r.emitStarted(c, hc.ToolInput); err != nil {
+		fail(err.Error())
+		return
+	}
+
+	if entry.Effect {
+		dc := tool.DeclareContext{
+			SessionID:      r.in.GetSessionId(),
+			WorkflowID:     r.in.GetDispatch().GetWorkflowId(),
+			AgentID:        r.in.GetDispatch().GetAgentId(),
+			IdempotencyKey: r.effectKey(), // effect tools run one at a time
+		}
+		eff, ack, err := r.op.tools.Declare(dc, name, input)
+		if err != nil {
+			fail(err.Error())
+			return
+		}
+		c.effect = eff
+		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: ack}
+	} else {
+		out := r.op.tools.Call(ctx, name, input)
+		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: out.Content, IsError: out.IsError}
+		c.failed = out.IsError
+	}
+	c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Success: !c.result.IsError}
+	if c.result.IsError {
+		c.record.Error = firstLine(c.result.Content)
+	}
+
+	hc = r.hookContext(operatorv1.HookPoint_HOOK_POINT_POST_TOOL_USE)
+	hc.ToolName, hc.ToolUseId, hc.ToolResult = name, c.use.ID, c.result.Content
+	if d := r.runHooks(ctx, hc); d.Kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT {
+		c.halt = haltReason(d)
+	}
+}
+
+func (r *run) emitStarted(c *call, input *structpb.Value) error {
+	return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ToolCallStarted{
+		ToolCallStarted: &operatorv1.ToolCallStarted{Turn: r.turns, ToolUseId: c.use.ID, Name: c.use.Name, Input: input},
+	}})
+}
+
+// answerPending answers tool calls the loop will not run, so the stored
+// conversation never holds a tool call without a result.
+func (r *run) answerPending(uses []*provider.ToolUse, why string) {
+	if len(uses) == 0 {
+		return
+	}
+	parts := make([]provider.Part, len(uses))
+	for i, u := range uses {
+		parts[i] = provider.Part{ToolResult: &provider.ToolResult{ToolUseID: u.ID, Content: why, IsError: true}}
+	}
+	msg := provider.Message{Role: provider.User, Parts: parts}
+	r.messages = append(r.messages, msg)
+	r.newTurns = append(r.newTurns, msg)
+}
+
+func (r *run) toolNames() []string {
+	names := make([]string, len(r.specs))
+	for i, s := range r.specs {
+		names[i] = s.Name
+	}
+	if len(names) == 0 {
+		return []string{"(none)"}
+	}
+	return names
+}
+
+// hookContext is what hooks see at a point.
+func (r *run) hookContext(point operatorv1.HookPoint) *operatorv1.HookContext {
+	return &operatorv1.HookContext{
+		Point:          point,
+		TokensUsed:     r.usage.InputTokens + r.usage.OutputTokens,
+		Cost:           money.FromDecimal(r.cost),
+		TurnsCompleted: r.turns,
+		Elapsed:        durationpb.New(time.Since(r.start)),
+		Dispatch:       r.in.GetDispatch(),
+	}
+}
+
+// runHooks runs the hooks of a point; no registry means Continue.
+func (r *run) runHooks(ctx context.Context, hc *operatorv1.HookContext) hook.Decision {
+	if r.op.hooks == nil {
+		return hook.Decision{Kind: operatorv1.HookActionKind_HOOK_ACTION_KIND_CONTINUE}
+	}
+	return r.op.hooks.Run(ctx, hc)
+}
+
+// hookHalt runs the hooks of a point and returns an exit reason if one
+// halted.
+func (r *run) hookHalt(ctx context.Context, hc *operatorv1.HookContext) *operatorv1.ExitReason {
+	if d := r.runHooks(ctx, hc); d.Kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT {
+		return haltReason(d)
+	}
+	return nil
+}
+
+func haltReason(d hook.Decision) *operatorv1.ExitReason {
+	reason := d.Reason
+	if reason == "" {
+		reason = "no reason given"
+	}
+	return exit(operatorv1.ExitKind_EXIT_KIND_MIDDLEWARE_HALT, "halted by hook %s: %s", d.Hook, reason)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
