@@ -69,16 +69,18 @@ type Policy struct {
 	Namespaces Namespaces
 
 	// AllowUnconfined lets Run go ahead without Landlock when the kernel
-	// does not support it; the other protections (environment, limits,
-	// timeout, namespaces) still apply. For development machines only:
+	// does not support it at all; the other protections (environment,
+	// limits, capabilities, timeout, namespaces) still apply, but
+	// RestrictNetwork does not. For development machines only:
 	// never set it in production, where the missing kernel feature must
 	// be a hard error.
 	AllowUnconfined bool
 }
 
-// Limits are setrlimit(2) limits of the child (soft and hard limit
-// alike, so the child cannot raise them). Zero leaves a limit as
-// inherited from the calling process.
+// Limits are setrlimit(2) limits of the child, set as both the soft and
+// the hard limit so the child cannot raise them (RLIMIT_CPU's hard limit
+// is one second above the soft one). Zero leaves a limit as inherited
+// from the calling process.
 type Limits struct {
 	// CPUSeconds is RLIMIT_CPU: after this much CPU time the child
 	// gets SIGXCPU, one second later SIGKILL.

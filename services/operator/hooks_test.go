@@ -66,7 +66,9 @@ func TestLocalHooks(t *testing.T) {
 	t.Run("skip tool", func(t *testing.T) {
 		got.Store("")
 		skip := hook.Func{HookName: "guard", At: []operatorv1.HookPoint{operatorv1.HookPoint_HOOK_POINT_PRE_TOOL_USE},
-			Fn: func(context.Context, *operatorv1.HookContext) (*operatorv1.HookAction, error) { return hook.Skip("not today"), nil }}
+			Fn: func(context.Context, *operatorv1.HookContext) (*operatorv1.HookAction, error) {
+				return hook.Skip("not today"), nil
+			}}
 		m := &fakeModel{steps: []step{callTools("0", "echo", `{"text":"hi"}`), say("done", "0")}}
 		op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, skip)))
 		out := execute(t, serve(t, op), input("go"))

@@ -233,6 +233,7 @@ func TestBadInput(t *testing.T) {
 		says string
 	}{
 		{"no message", &operatorv1.OperatorInput{}, codes.InvalidArgument, "message"},
+		{"empty message", &operatorv1.OperatorInput{Message: &typesv1.Content{}}, codes.InvalidArgument, "no content blocks"},
 		{"unknown model", &operatorv1.OperatorInput{Message: content.Text("x"), Config: &operatorv1.OperatorConfig{Model: &model}}, codes.InvalidArgument, "gpt-nonexistent"},
 		{"unknown allowed tool", &operatorv1.OperatorInput{Message: content.Text("x"), Config: &operatorv1.OperatorConfig{AllowedTools: &operatorv1.AllowedTools{Names: []string{"rm_rf"}}}}, codes.InvalidArgument, "rm_rf"},
 		{"bad money", &operatorv1.OperatorInput{Message: content.Text("x"), Config: &operatorv1.OperatorConfig{MaxCost: &typesv1.Money{Amount: "-1"}}}, codes.InvalidArgument, "amount"},

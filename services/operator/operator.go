@@ -76,6 +76,9 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 	if in == nil || in.GetMessage() == nil {
 		return nil, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
 	}
+	if len(in.GetMessage().GetBlocks()) == 0 {
+		return nil, fmt.Errorf("input.message has no content blocks; send at least one, e.g. {\"text\":{\"text\":\"...\"}}: %w", errs.InvalidArgument)
+	}
 	if in.GetResume() != nil {
 		return nil, fmt.Errorf("input.resume: this operator never suspends, so there is nothing to resume: %w", errs.FailedPrecondition)
 	}

@@ -325,7 +325,11 @@ func toolRegistry(f *flags, log *slog.Logger) (*tool.Registry, func(), error) {
 				}
 				log.Warn("SANDBOX UNCONFINED: bash runs without Landlock", "reason", err.Error())
 			}
-			t = builtin.NewBash(dir, sandbox.Policy{Workspace: dir, AllowUnconfined: f.unconfined})
+			// A private temp dir per call keeps mktemp files out of the
+			// workspace; the default limits cap open files and file size.
+			t = builtin.NewBash(dir, sandbox.Policy{
+				Workspace: dir, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
+			})
 		default:
 			closeWS()
 			return nil, noop, fmt.Errorf("--tools: unknown tool %q; built-in tools are read, write, edit, bash", n)

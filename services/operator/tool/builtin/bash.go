@@ -95,7 +95,7 @@ func (b *Bash) Spec() tool.Spec {
 		Name: "bash",
 		Description: fmt.Sprintf("Run a shell command with %s -c in the workspace (the working directory) and get its stdout, stderr and exit code. "+
 			"The command runs in a sandbox: it can read and write only inside the workspace, can read and run the system's programs and libraries, "+
-			"and cannot see anything else ($HOME, /tmp, /proc and the host's credentials are out of reach; TMPDIR is writable). "+
+			"and by default cannot see anything else ($HOME, /tmp, /proc and the host's credentials are out of reach; $TMPDIR is writable). "+
 			"Its environment is minimal: no API keys or tokens are set. Stdin is empty, so interactive commands get end-of-file. "+
 			"Each of stdout and stderr is cut after %d bytes (use head, tail or grep to see the part you need). "+
 			"The default timeout is %v; set timeout_seconds (at most 600) for longer commands. "+
