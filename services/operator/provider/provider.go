@@ -88,6 +88,10 @@ type Request struct {
 	// Metadata is the invocation's opaque passthrough (trace ids, routing);
 	// providers may forward what their API accepts and ignore the rest.
 	Metadata map[string]any
+	// SessionID is the invocation's session, empty when stateless. A
+	// provider with server-side conversation state (OpenAI Responses'
+	// previous_response_id) may use it to chain calls; others ignore it.
+	SessionID string
 	// OnText, when set, receives text as the model produces it. A
 	// provider that cannot stream calls it once with the whole text.
 	OnText func(text string)
