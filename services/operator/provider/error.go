@@ -49,14 +49,11 @@ func Retryable(err error) bool {
 
 // KindForHTTP is the kind of an HTTP failure status, the one table every
 // provider uses: 408, 409, 425, 429 and 5xx are retryable; 400, 404, 413,
-// 422 are the caller's request (non-retryable); 401 and 403 are
-// credentials.
+// 422, and also 401 and 403, are non-retryable. A refused API key is the
+// operator's configuration, not the caller's credential, so it is never
+// UNAUTHENTICATED to the caller: the message says which key was refused.
 func KindForHTTP(status int) *errs.Kind {
 	switch {
-	case status == 401:
-		return errs.Unauthenticated
-	case status == 403:
-		return errs.PermissionDenied
 	case status == 408 || status == 409 || status == 425 || status == 429 || status >= 500:
 		return errs.Retryable
 	default:
