@@ -11,6 +11,7 @@ import (
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/tool"
@@ -25,6 +26,9 @@ type Operator struct {
 	hooks   *hook.Registry
 	history History
 	log     *slog.Logger
+	compact compaction.Strategy
+	budget  func(model string) compaction.Budget
+	events  Publisher
 }
 
 // Option sets an optional dependency.
@@ -40,6 +44,17 @@ func WithHooks(r *hook.Registry) Option { return func(o *Operator) { o.hooks = r
 // input that names a session is refused with FAILED_PRECONDITION, since
 // its history could not be read and would be silently lost.
 func WithHistory(h History) Option { return func(o *Operator) { o.history = h } }
+
+// WithCompaction sets the context strategy run before each model call,
+// and how to find the context budget of a model (its window from the
+// catalog, less an output reserve). Without it the context is sent whole.
+func WithCompaction(s compaction.Strategy, budget func(model string) compaction.Budget) Option {
+	return func(o *Operator) { o.compact, o.budget = s, budget }
+}
+
+// WithPublisher sets where lifecycle events (compaction) go; the default
+// logs them.
+func WithPublisher(p Publisher) Option { return func(o *Operator) { o.events = p } }
 
 // New returns an operator. The default model must route.
 func New(cfg Config, router provider.Router, log *slog.Logger, opts ...Option) (*Operator, error) {
@@ -61,6 +76,12 @@ func New(cfg Config, router provider.Router, log *slog.Logger, opts ...Option) (
 	}
 	if o.tools == nil {
 		o.tools = tool.NewRegistry()
+	}
+	if o.compact == nil || o.budget == nil {
+		o.compact, o.budget = compaction.None(), func(string) compaction.Budget { return compaction.Budget{} }
+	}
+	if o.events == nil {
+		o.events = LogPublisher{Log: log}
 	}
 	return o, nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -92,6 +93,12 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 		if reason := r.hookHalt(loopCtx, r.hookContext(operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE)); reason != nil {
 			return r.finish(reason)
 		}
+		if err := r.compact(loopCtx); err != nil {
+			if reason, ok := r.timedOut(ctx, loopCtx); ok {
+				return r.finish(reason)
+			}
+			return nil, err
+		}
 		resp, err := r.callModel(loopCtx)
 		if err != nil {
 			if reason, ok := r.timedOut(ctx, loopCtx); ok {
@@ -160,6 +167,35 @@ func (r *run) checkLimits(ctx, loopCtx context.Context) *operatorv1.ExitReason {
 	if r.turns >= r.lim.maxTurns {
 		return exit(operatorv1.ExitKind_EXIT_KIND_MAX_TURNS, "max turns (%d) reached and the model still wants to continue", r.lim.maxTurns)
 	}
+	return nil
+}
+
+// compact runs the context strategy before a model call. The stored
+// conversation (newTurns) is never compacted, only what the model is
+// shown; a summary call's usage and cost count toward the invocation.
+func (r *run) compact(ctx context.Context) error {
+	out, rep, err := r.op.compact.Compact(ctx, r.lim.system, r.specs, r.messages, r.op.budget(r.model))
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return nil
+	}
+	r.messages = out
+	r.usage = r.usage.Add(rep.Usage)
+	r.cost = r.cost.Add(rep.Cost)
+	freed := max(rep.TokensBefore-rep.TokensAfter, 0)
+	r.log.Info("context compacted", "strategy", rep.Strategy, "tokens_before", rep.TokensBefore, "tokens_after", rep.TokensAfter,
+		"messages_before", rep.MessagesBefore, "messages_after", rep.MessagesAfter, "over_budget", rep.OverBudget, "err", rep.Err)
+	d := r.in.GetDispatch()
+	r.op.events.Publish(&lifecyclev1.LifecycleEvent{
+		WorkflowId: d.GetWorkflowId(), AgentId: d.GetAgentId(), CorrelationId: d.GetCorrelationId(),
+		Event: &lifecyclev1.LifecycleEvent_Compaction{Compaction: &lifecyclev1.CompactionEvent{
+			Kind: &lifecyclev1.CompactionEvent_CompactionComplete{CompactionComplete: &lifecyclev1.CompactionComplete{
+				AgentId: d.GetAgentId(), Strategy: rep.Strategy, TokensFreed: uint64(freed),
+			}},
+		}},
+	})
 	return nil
 }
 

@@ -1,0 +1,93 @@
+package operator_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/compaction"
+	"github.com/secbear/neuron/services/operator/provider"
+)
+
+// longHistory is a session of n past exchanges, each about 1000 tokens.
+type longHistory struct{ n int }
+
+func (h longHistory) Load(context.Context, string, int) ([]provider.Message, error) {
+	var msgs []provider.Message
+	for i := range h.n {
+		msgs = append(msgs,
+			provider.Message{Role: provider.User, Parts: []provider.Part{{Text: strings.Repeat("q", 4000) + string(rune('a'+i))}}},
+			provider.Message{Role: provider.Assistant, Parts: []provider.Part{{Text: "answer"}}})
+	}
+	return msgs, nil
+}
+
+type recordingPublisher struct {
+	mu     sync.Mutex
+	events []*lifecyclev1.LifecycleEvent
+}
+
+func (p *recordingPublisher) Publish(ev *lifecyclev1.LifecycleEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events = append(p.events, ev)
+}
+
+// TestCompaction checks that the loop compacts what the model is shown,
+// counts a summary call's cost, publishes a CompactionEvent, and still
+// stores only the new turns.
+func TestCompaction(t *testing.T) {
+	budget := func(string) compaction.Budget { return compaction.Budget{ContextWindow: 3500, Reserve: 500} }
+	summarizer := &fakeModel{steps: []step{say("they asked many questions", "0.05")}}
+	tests := []struct {
+		name     string
+		strategy compaction.Strategy
+		wantCost string
+		first    string // start of the first message the model sees
+	}{
+		{"sliding", compaction.SlidingWindow(), "0.01", strings.Repeat("q", 10)},
+		{"summarize", compaction.Summarize(summarizer, "fake-1"), "0.06", compaction.SummaryHeader},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &fakeModel{steps: []step{say("done", "0.01")}}
+			pub := &recordingPublisher{}
+			op := newOperator(t, operator.DefaultConfig(), m, operator.WithHistory(longHistory{n: 6}),
+				operator.WithCompaction(tc.strategy, budget), operator.WithPublisher(pub))
+			sid := "long"
+			in := input("latest question")
+			in.SessionId = &sid
+			in.Dispatch = &operatorv1.DispatchContext{WorkflowId: "wf-1", AgentId: "a"}
+			out := execute(t, serve(t, op), in)
+			wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
+			seen := m.requests()[0].Messages
+			if len(seen) >= 13 || seen[len(seen)-1].Parts[0].Text != "latest question" {
+				t.Fatalf("model saw %d messages ending %q; want fewer than 13 ending with the new question", len(seen), seen[len(seen)-1].Parts[0].Text)
+			}
+			if !strings.HasPrefix(seen[0].Parts[0].Text, tc.first) {
+				t.Fatalf("first message %.40q, want prefix %q", seen[0].Parts[0].Text, tc.first)
+			}
+			if got := decimal.RequireFromString(out.GetMetadata().GetCost().GetAmount()); !got.Equal(decimal.RequireFromString(tc.wantCost)) {
+				t.Fatalf("cost %s, want %s", got, tc.wantCost)
+			}
+			pub.mu.Lock()
+			defer pub.mu.Unlock()
+			if len(pub.events) != 1 {
+				t.Fatalf("%d events published", len(pub.events))
+			}
+			cc := pub.events[0].GetCompaction().GetCompactionComplete()
+			if cc == nil || cc.GetTokensFreed() == 0 || pub.events[0].GetWorkflowId() != "wf-1" || !strings.HasPrefix(cc.GetStrategy(), tc.name) {
+				t.Fatalf("event %v", pub.events[0])
+			}
+			if stored := decodeHistory(t, out.GetEffects()[0]); len(stored) != 2 {
+				t.Fatalf("stored %d messages, want only the new user turn and answer", len(stored))
+			}
+		})
+	}
+}
