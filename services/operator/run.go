@@ -210,6 +210,7 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 		Tools:     r.specs,
 		MaxTokens: r.op.cfg.MaxTokens,
 		Metadata:  r.in.GetMetadata().AsMap(),
+		SessionID: r.in.GetSessionId(),
 	}
 	if r.events != nil {
 		req.OnText = func(text string) {

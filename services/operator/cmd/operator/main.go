@@ -22,6 +22,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/flagenv"
@@ -31,11 +32,11 @@ import (
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/hook"
-	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/provider/scripted"
 	"github.com/secbear/neuron/services/operator/tool"
 	"github.com/secbear/neuron/services/operator/tool/builtin"
 	"github.com/secbear/neuron/services/operator/tool/effect"
+	"github.com/secbear/neuron/services/operator/tool/mcp"
 )
 
 const envPrefix = "NEURON_OPERATOR"
@@ -56,6 +57,10 @@ type flags struct {
 	srv         grpcserver.Config
 	state       grpcclient.Config
 	hooks       grpcclient.Config
+	lifecycle   grpcclient.Config
+	models      modelFlags
+	scriptOpts  []scripted.Option
+	mcpConfig   string
 	oneShot     bool
 	model       string
 	script      string
@@ -85,9 +90,12 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.srv.BindFlags(fs)
 	f.state.BindFlags(fs, "state")
 	f.hooks.BindFlags(fs, "hook")
+	f.lifecycle.BindFlags(fs, "lifecycle")
+	f.models.bind(fs)
 	def := operator.DefaultConfig()
 	fs.BoolVar(&f.oneShot, "one-shot", false, "run one invocation: OperatorInput (protojson) on stdin, OperatorOutput on stdout; exit 0 complete, 3 other exit, 10+gRPC code on error")
-	fs.StringVar(&f.model, "model", provider.ScriptedName, "default model")
+	fs.StringVar(&f.model, "model", "", "default model, a catalog name (default: the first provider with credentials: anthropic, openai, gemini; else the scripted model)")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", `JSON file of MCP servers whose tools to offer: {"servers":[{"name":"fs","command":["..."]},{"name":"web","url":"http://..."}]}`)
 	fs.StringVar(&f.script, "script", "", "JSON script for the scripted model (default: its echo rules)")
 	fs.StringVar(&f.system, "system-prompt", def.SystemPrompt, "the agent's system prompt")
 	fs.StringVar(&f.systemFile, "system-prompt-file", "", "read the system prompt from this file (overrides --system-prompt)")
@@ -116,7 +124,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if f.unconfined && !f.srv.Dev {
 		return nil, errors.New("--sandbox-unconfined is only allowed with --dev")
 	}
-	for _, c := range []*grpcclient.Config{&f.state, &f.hooks} {
+	for _, c := range []*grpcclient.Config{&f.state, &f.hooks, &f.lifecycle} {
 		c.Dev, c.Plaintext = f.srv.Dev, f.srv.Plaintext
 	}
 	return f, nil
@@ -201,7 +209,14 @@ func build(ctx context.Context, f *flags, log *slog.Logger) (*operator.Operator,
 	}
 	cfg.MaxTokens, cfg.CircuitBreaker, cfg.HistoryEntries = f.maxTokens, f.breaker, f.history
 
-	router, err := models(f, log)
+	if f.script != "" {
+		s, err := scripted.ParseFile(f.script)
+		if err != nil {
+			return fail(fmt.Errorf("--script: %w", err))
+		}
+		f.scriptOpts = append(f.scriptOpts, scripted.WithScript(s))
+	}
+	router, cat, strategy, err := models(f, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -210,7 +225,26 @@ func build(ctx context.Context, f *flags, log *slog.Logger) (*operator.Operator,
 		return fail(err)
 	}
 	closers = append(closers, closeTools)
-	opts := []operator.Option{operator.WithTools(tools)}
+	if f.mcpConfig != "" {
+		closeMCP, err := mcpTools(ctx, f, tools, log)
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, closeMCP)
+	}
+	opts := []operator.Option{
+		operator.WithTools(tools),
+		operator.WithCompaction(strategy, budgetFor(cat, f.models.reserve)),
+	}
+	if f.lifecycle.Target != "" {
+		conn, err := grpcclient.Dial(f.lifecycle)
+		if err != nil {
+			return fail(fmt.Errorf("--lifecycle-addr: %w", err))
+		}
+		pub := operator.NewLifecyclePublisher(lifecyclev1.NewLifecycleServiceClient(conn), log, 0)
+		closers = append(closers, func() { pub.Close(); conn.Close() })
+		opts = append(opts, operator.WithPublisher(pub))
+	}
 
 	if f.state.Target != "" {
 		conn, err := grpcclient.Dial(f.state)
@@ -256,24 +290,6 @@ func build(ctx context.Context, f *flags, log *slog.Logger) (*operator.Operator,
 		return fail(err)
 	}
 	return op, cleanup, nil
-}
-
-// models returns the model router. Real providers arrive with their own
-// issue; until then the scripted model serves, announced loudly.
-func models(f *flags, log *slog.Logger) (provider.Router, error) {
-	var opts []scripted.Option
-	if f.script != "" {
-		s, err := scripted.ParseFile(f.script)
-		if err != nil {
-			return nil, fmt.Errorf("--script: %w", err)
-		}
-		opts = append(opts, scripted.WithScript(s))
-	}
-	if f.model != provider.ScriptedName {
-		return nil, fmt.Errorf("--model %q: this build serves only the %q model", f.model, provider.ScriptedName)
-	}
-	log.Warn("SCRIPTED MODEL: no model provider is configured; replies come from a deterministic script, not a language model")
-	return provider.Single{Provider: scripted.New(opts...), Default: provider.ScriptedName}, nil
 }
 
 // toolRegistry registers the enabled built-in tools and the effect tools.
@@ -341,4 +357,44 @@ func toolRegistry(f *flags, log *slog.Logger) (*tool.Registry, func(), error) {
 	}
 	log.Info("tools", "builtin", strings.Join(names, ","), "effect_tools", f.effectTools, "workspace", dir)
 	return reg, closeWS, nil
+}
+
+// mcpTools connects to the configured MCP servers and registers their
+// tools beside the built-in ones (validated by the same registry).
+func mcpTools(ctx context.Context, f *flags, reg *tool.Registry, log *slog.Logger) (func(), error) {
+	data, err := os.ReadFile(f.mcpConfig)
+	if err != nil {
+		return nil, fmt.Errorf("--mcp-config: %w", err)
+	}
+	servers, err := mcp.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("--mcp-config %s: %w", f.mcpConfig, err)
+	}
+	var clients []*mcp.Client
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	for _, s := range servers {
+		c, err := mcp.Connect(ctx, s, log)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		clients = append(clients, c)
+		tools, err := c.Tools(ctx)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		for _, t := range tools {
+			if err := reg.Register(t); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("MCP server %q: %w", s.Name, err)
+			}
+		}
+		log.Info("MCP tools", "server", s.Name, "tools", len(tools))
+	}
+	return closeAll, nil
 }

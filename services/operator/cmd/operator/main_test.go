@@ -84,7 +84,12 @@ func TestBadConfig(t *testing.T) {
 		{"unknown tool", []string{"--dev", "--workspace", dir, "--tools", "read,fly"}, `unknown tool "fly"`},
 		{"unconfined without dev", []string{"--sandbox-unconfined"}, "only allowed with --dev"},
 		{"bad max cost", []string{"--dev", "--max-cost", "lots"}, `--max-cost "lots"`},
-		{"unknown model", []string{"--dev", "--model", "gpt-9"}, `--model "gpt-9"`},
+		{"unknown model", []string{"--dev", "--model", "gpt-9"}, `unknown model "gpt-9"`},
+		{"bad openai api", []string{"--dev", "--openai-key-file", writeFile(t, dir, "k", "sk-test"), "--openai-api", "soap"}, `--openai-api "soap"`},
+		{"empty key file", []string{"--dev", "--anthropic-key-file", writeFile(t, dir, "empty", "\n")}, "empty"},
+		{"unknown compaction", []string{"--dev", "--compaction", "fold"}, "fold"},
+		{"bad proxy", []string{"--dev", "--egress-proxy", "::"}, "--egress-proxy"},
+		{"model without credentials", []string{"--dev", "--model", "gemini-2.5-flash"}, "GEMINI_API_KEY"},
 		{"missing script", []string{"--dev", "--script", filepath.Join(dir, "nope.json")}, "--script"},
 		{"bad script", []string{"--dev", "--script", writeFile(t, dir, "bad.json", `{"turns":[{"txt":"x"}]}`)}, "txt"},
 		{"zero max turns", []string{"--dev", "--max-turns", "0"}, "max turns"},
@@ -146,7 +151,7 @@ func TestServe(t *testing.T) {
 	bin := buildOperator(t)
 	ws := t.TempDir()
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--dev", "--addr", addr, "--workspace", ws, "--log-format", "text")
+	cmd := exec.Command(bin, "--dev", "--model", "scripted", "--addr", addr, "--workspace", ws, "--log-format", "text")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -246,7 +251,7 @@ func TestOneShot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin, "--one-shot", "--dev", "--workspace", t.TempDir(), "--log-level", "error")
+			cmd := exec.Command(bin, "--one-shot", "--dev", "--model", "scripted", "--workspace", t.TempDir(), "--log-level", "error")
 			cmd.Stdin = strings.NewReader(tt.stdin)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -295,7 +300,7 @@ func TestStandaloneBashConfined(t *testing.T) {
 	msg, _ := json.Marshal("/tool bash " + string(args))
 	in := `{"message":{"blocks":[{"text":{"text":` + string(msg) + `}}]}}`
 	ws := t.TempDir()
-	cmd := exec.Command(bin, "--one-shot", "--dev", "--workspace", ws, "--log-level", "error")
+	cmd := exec.Command(bin, "--one-shot", "--dev", "--model", "scripted", "--workspace", ws, "--log-level", "error")
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=sk-ant-leaked")
 	cmd.Stdin = strings.NewReader(in)
 	var stdout, stderr bytes.Buffer
