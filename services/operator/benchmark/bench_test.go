@@ -1,0 +1,210 @@
+package benchmark
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/provider/openai"
+	"github.com/secbear/neuron/services/operator/tool"
+)
+
+const model = "mock-1"
+
+// Canned replies of the mock: a tool call, then (after the tool result)
+// a final answer. Both are what a real Chat Completions server sends.
+var (
+	toolCallReply = []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"mock-1","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"noop","arguments":"{\"n\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`)
+	finalReply    = []byte(`{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"mock-1","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":70,"completion_tokens":2,"total_tokens":72}}`)
+)
+
+// mock answers instantly: a tool call unless the last message is a tool
+// result.
+func mock(tb testing.TB) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		// The last message's role decides; a cheap scan avoids making the
+		// mock's own JSON decoding part of the measurement.
+		if i := strings.LastIndex(string(body), `"role":"`); i >= 0 && strings.HasPrefix(string(body[i+8:]), "tool") {
+			_, _ = w.Write(finalReply)
+			return
+		}
+		_, _ = w.Write(toolCallReply)
+	}))
+	tb.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+type noop struct{}
+
+func (noop) Spec() tool.Spec {
+	return tool.Spec{Name: "noop", Description: "does nothing", Tier: tool.ReadOnly,
+		Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}
+}
+func (noop) Call(context.Context, json.RawMessage) (string, error) { return "ok", nil }
+
+// usage is what the process consumed so far.
+type usage struct {
+	cpu     time.Duration
+	mallocs uint64
+}
+
+func now() usage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), mallocs: ms.Mallocs}
+}
+
+// report adds per-model-call metrics; every iteration makes two calls.
+func report(b *testing.B, start usage) {
+	end := now()
+	calls := float64(b.N * 2)
+	b.ReportMetric(float64(end.cpu-start.cpu)/calls, "cpu-ns/call")
+	b.ReportMetric(float64(end.mallocs-start.mallocs)/calls, "allocs/call")
+	b.ReportMetric(peakRSS(), "peak-rss-MiB")
+}
+
+// peakRSS is the process's high-water resident set (VmHWM), in MiB.
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkOperatorLoop is one Execute through the real service per
+// iteration: two model calls and one tool call.
+func BenchmarkOperatorLoop(b *testing.B) {
+	p, err := openai.NewCompatible(openai.Config{BaseURL: mock(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := tool.NewRegistry()
+	if err := reg.Register(noop{}); err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	op, err := operator.New(operator.DefaultConfig(), provider.Single{Provider: p, Default: model}, log, operator.WithTools(reg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := grpcserver.New(grpcserver.Config{Name: "operator", Addr: "127.0.0.1:0", Dev: true}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	operatorv1.RegisterOperatorServiceServer(srv, operator.NewServer(op))
+	lis, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	client := operatorv1.NewOperatorServiceClient(dial(b, lis.Addr()))
+	req := &operatorv1.ExecuteRequest{Input: &operatorv1.OperatorInput{Message: content.Text("call noop once, then say done")}}
+
+	run := func() {
+		resp, err := client.Execute(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.GetOutput().GetMetadata().GetTurnsUsed() != 2 {
+			b.Fatalf("turns %d", resp.GetOutput().GetMetadata().GetTurnsUsed())
+		}
+	}
+	run() // warm up connections
+	b.ResetTimer()
+	start := now()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+	report(b, start)
+}
+
+// BenchmarkHandLoop is the same conversation as a minimal hand-written
+// loop on openai-go: no service, no registry, no validation.
+func BenchmarkHandLoop(b *testing.B) {
+	client := sdk.NewClient(option.WithBaseURL(mock(b)), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	tools := []sdk.ChatCompletionToolUnionParam{sdk.ChatCompletionFunctionTool(sdk.FunctionDefinitionParam{
+		Name: "noop", Description: sdk.String("does nothing"),
+		Parameters: sdk.FunctionParameters{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}},
+	})}
+	run := func() {
+		msgs := []sdk.ChatCompletionMessageParamUnion{
+			sdk.SystemMessage(operator.DefaultSystemPrompt),
+			sdk.UserMessage("call noop once, then say done"),
+		}
+		for turn := 0; ; turn++ {
+			resp, err := client.Chat.Completions.New(context.Background(), sdk.ChatCompletionNewParams{Model: model, Messages: msgs, Tools: tools})
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls := resp.Choices[0].Message.ToolCalls
+			if len(calls) == 0 {
+				if turn != 1 {
+					b.Fatalf("done after %d turns", turn+1)
+				}
+				return
+			}
+			msgs = append(msgs, resp.Choices[0].Message.ToParam())
+			for _, c := range calls {
+				var args map[string]any
+				if err := json.Unmarshal([]byte(c.Function.Arguments), &args); err != nil {
+					b.Fatal(err)
+				}
+				msgs = append(msgs, sdk.ToolMessage("ok", c.ID))
+			}
+		}
+	}
+	run()
+	b.ResetTimer()
+	start := now()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+	report(b, start)
+}
+
+func dial(b *testing.B, addr net.Addr) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn
+}
+
