@@ -55,9 +55,10 @@ run: build ## Bring the system up locally (placeholder until every service exist
 	@echo "Each binary serves alone, e.g.: bin/state --dev --data-dir .data/state"
 
 .PHONY: bench
-bench: ## Run the benchmarks (never part of make test), then the StateService table (scripts/bench-state.sh).
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /services/state/benchmark)
+bench: ## Run the benchmarks (never part of make test), then the StateService and operator tables (scripts/bench-*.sh).
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark)
 	bash scripts/bench-state.sh
+	bash scripts/bench-operator.sh
 
 .PHONY: clean
 clean: ## Remove build output.

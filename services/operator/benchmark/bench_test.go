@@ -154,6 +154,38 @@ func BenchmarkOperatorLoop(b *testing.B) {
 	report(b, start)
 }
 
+// BenchmarkOperatorInProcess is the same loop called in process, without
+// the gRPC hop and server chain, to split the overhead.
+func BenchmarkOperatorInProcess(b *testing.B) {
+	p, err := openai.NewCompatible(openai.Config{BaseURL: mock(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := tool.NewRegistry()
+	if err := reg.Register(noop{}); err != nil {
+		b.Fatal(err)
+	}
+	op, err := operator.New(operator.DefaultConfig(), provider.Single{Provider: p, Default: model}, slog.New(slog.DiscardHandler), operator.WithTools(reg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := &operatorv1.OperatorInput{Message: content.Text("call noop once, then say done")}
+	run := func() {
+		out, err := op.Execute(context.Background(), in, nil)
+		if err != nil || out.GetMetadata().GetTurnsUsed() != 2 {
+			b.Fatalf("%v %v", out, err)
+		}
+	}
+	run()
+	b.ResetTimer()
+	start := now()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+	report(b, start)
+}
+
 // BenchmarkHandLoop is the same conversation as a minimal hand-written
 // loop on openai-go: no service, no registry, no validation.
 func BenchmarkHandLoop(b *testing.B) {
