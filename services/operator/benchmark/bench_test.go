@@ -239,4 +239,3 @@ func dial(b *testing.B, addr net.Addr) *grpc.ClientConn {
 	b.Cleanup(func() { conn.Close() })
 	return conn
 }
-
