@@ -165,6 +165,9 @@ func TestCallerDeadline(t *testing.T) {
 		t.Fatalf("Execute: %v", err)
 	}
 	wantExit(t, resp.GetOutput(), operatorv1.ExitKind_EXIT_KIND_TIMEOUT)
+	if msg := resp.GetOutput().GetExitReason().GetMessage(); !strings.Contains(msg, "caller's deadline") {
+		t.Fatalf("exit message %q does not say the caller's deadline ended it", msg)
+	}
 }
 
 // TestCallerCancel checks that a caller who cancels ends the loop: the

@@ -38,6 +38,9 @@ type run struct {
 	log      *slog.Logger
 	start    time.Time
 	keyBase  string
+	// callerBound is set when the caller's deadline, not max_duration,
+	// bounds the loop.
+	callerBound bool
 
 	messages  []provider.Message // the whole context sent to the model
 	newTurns  []provider.Message // what this invocation adds to history
@@ -66,6 +69,7 @@ func (r *run) deadline(ctx context.Context) time.Time {
 		grace := min(time.Second, time.Until(cd)/10)
 		if cd.Add(-grace).Before(d) {
 			d = cd.Add(-grace)
+			r.callerBound = true
 		}
 	}
 	return d
@@ -148,6 +152,9 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 // while the caller's context is still live.
 func (r *run) timedOut(ctx, loopCtx context.Context) (*operatorv1.ExitReason, bool) {
 	if ctx.Err() == nil && errors.Is(context.Cause(loopCtx), errMaxDuration) {
+		if r.callerBound {
+			return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "stopped after %d turns to answer before the caller's deadline", r.turns), true
+		}
 		return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "max duration of %s reached after %d turns", r.lim.maxDuration, r.turns), true
 	}
 	return nil, false
