@@ -103,9 +103,9 @@ func peakRSS() float64 {
 	return 0
 }
 
-// BenchmarkOperatorLoop is one Execute through the real service per
-// iteration: two model calls and one tool call.
-func BenchmarkOperatorLoop(b *testing.B) {
+// newOperator is the operator under test: the OpenAI-compatible provider
+// against the mock, and the noop tool.
+func newOperator(b *testing.B, log *slog.Logger) *operator.Operator {
 	p, err := openai.NewCompatible(openai.Config{BaseURL: mock(b)})
 	if err != nil {
 		b.Fatal(err)
@@ -114,11 +114,30 @@ func BenchmarkOperatorLoop(b *testing.B) {
 	if err := reg.Register(noop{}); err != nil {
 		b.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	op, err := operator.New(operator.DefaultConfig(), provider.Single{Provider: p, Default: model}, log, operator.WithTools(reg))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return op
+}
+
+// measure runs one warm-up iteration, then b.N timed ones, and reports.
+func measure(b *testing.B, run func()) {
+	run() // warm up connections
+	b.ResetTimer()
+	start := now()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+	report(b, start)
+}
+
+// BenchmarkOperatorLoop is one Execute through the real service per
+// iteration: two model calls and one tool call.
+func BenchmarkOperatorLoop(b *testing.B) {
+	log := slog.New(slog.DiscardHandler)
+	op := newOperator(b, log)
 	srv, err := grpcserver.New(grpcserver.Config{Name: "operator", Addr: "127.0.0.1:0", Dev: true}, log)
 	if err != nil {
 		b.Fatal(err)
@@ -144,31 +163,13 @@ func BenchmarkOperatorLoop(b *testing.B) {
 			b.Fatalf("turns %d", resp.GetOutput().GetMetadata().GetTurnsUsed())
 		}
 	}
-	run() // warm up connections
-	b.ResetTimer()
-	start := now()
-	for range b.N {
-		run()
-	}
-	b.StopTimer()
-	report(b, start)
+	measure(b, run)
 }
 
 // BenchmarkOperatorInProcess is the same loop called in process, without
 // the gRPC hop and server chain, to split the overhead.
 func BenchmarkOperatorInProcess(b *testing.B) {
-	p, err := openai.NewCompatible(openai.Config{BaseURL: mock(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := tool.NewRegistry()
-	if err := reg.Register(noop{}); err != nil {
-		b.Fatal(err)
-	}
-	op, err := operator.New(operator.DefaultConfig(), provider.Single{Provider: p, Default: model}, slog.New(slog.DiscardHandler), operator.WithTools(reg))
-	if err != nil {
-		b.Fatal(err)
-	}
+	op := newOperator(b, slog.New(slog.DiscardHandler))
 	in := &operatorv1.OperatorInput{Message: content.Text("call noop once, then say done")}
 	run := func() {
 		out, err := op.Execute(context.Background(), in, nil)
@@ -176,14 +177,7 @@ func BenchmarkOperatorInProcess(b *testing.B) {
 			b.Fatalf("%v %v", out, err)
 		}
 	}
-	run()
-	b.ResetTimer()
-	start := now()
-	for range b.N {
-		run()
-	}
-	b.StopTimer()
-	report(b, start)
+	measure(b, run)
 }
 
 // BenchmarkHandLoop is the same conversation as a minimal hand-written
@@ -221,14 +215,7 @@ func BenchmarkHandLoop(b *testing.B) {
 			}
 		}
 	}
-	run()
-	b.ResetTimer()
-	start := now()
-	for range b.N {
-		run()
-	}
-	b.StopTimer()
-	report(b, start)
+	measure(b, run)
 }
 
 func dial(b *testing.B, addr net.Addr) *grpc.ClientConn {

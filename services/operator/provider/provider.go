@@ -185,3 +185,17 @@ type Provider interface {
 	// Complete runs one model call.
 	Complete(ctx context.Context, req *Request) (*Response, error)
 }
+
+// UsageFromTotals builds a Usage from counts where the prompt total
+// includes the tokens read from and written to the prompt cache (the way
+// OpenAI reports them): InputTokens is what remains, never below zero, so
+// each token is priced once. Negative counts are zero.
+func UsageFromTotals(prompt, cacheRead, cacheWrite, output int64) Usage {
+	count := func(n int64) uint64 { return uint64(max(n, 0)) }
+	read, written, total := count(cacheRead), count(cacheWrite), count(prompt)
+	var input uint64
+	if total > read+written {
+		input = total - read - written
+	}
+	return Usage{InputTokens: input, OutputTokens: count(output), CacheReadTokens: read, CacheWriteTokens: written}
+}

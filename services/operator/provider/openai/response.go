@@ -244,24 +244,6 @@ func stopReason(finish string, refused, calls bool) provider.StopReason {
 // CacheWriteTokens = prompt_tokens_details.cache_write_tokens, and
 // InputTokens = prompt_tokens minus both (never below 0).
 func usage(u oa.CompletionUsage) provider.Usage {
-	cached := nonNegative(u.PromptTokensDetails.CachedTokens)
-	written := nonNegative(u.PromptTokensDetails.CacheWriteTokens)
-	prompt := nonNegative(u.PromptTokens)
-	input := uint64(0)
-	if prompt > cached+written {
-		input = prompt - cached - written
-	}
-	return provider.Usage{
-		InputTokens:      input,
-		OutputTokens:     nonNegative(u.CompletionTokens),
-		CacheReadTokens:  cached,
-		CacheWriteTokens: written,
-	}
-}
-
-func nonNegative(n int64) uint64 {
-	if n < 0 {
-		return 0
-	}
-	return uint64(n)
+	d := u.PromptTokensDetails
+	return provider.UsageFromTotals(u.PromptTokens, d.CachedTokens, d.CacheWriteTokens, u.CompletionTokens)
 }

@@ -102,24 +102,6 @@ func finish(status responses.ResponseStatus, incomplete string, model string, us
 // (cache_write_tokens); InputTokens is what remains, so the three fields
 // add up to input_tokens. output_tokens include reasoning tokens.
 func mapUsage(u responses.ResponseUsage) provider.Usage {
-	cached := nonNegative(u.InputTokensDetails.CachedTokens)
-	written := nonNegative(u.InputTokensDetails.CacheWriteTokens)
-	in := nonNegative(u.InputTokens)
-	fresh := uint64(0)
-	if in > cached+written {
-		fresh = in - cached - written
-	}
-	return provider.Usage{
-		InputTokens:      fresh,
-		OutputTokens:     nonNegative(u.OutputTokens),
-		CacheReadTokens:  cached,
-		CacheWriteTokens: written,
-	}
-}
-
-func nonNegative(v int64) uint64 {
-	if v < 0 {
-		return 0
-	}
-	return uint64(v)
+	d := u.InputTokensDetails
+	return provider.UsageFromTotals(u.InputTokens, d.CachedTokens, d.CacheWriteTokens, u.OutputTokens)
 }
