@@ -18,6 +18,9 @@ const (
 	ReasonNonRetryable  = "OPERATOR_NON_RETRYABLE"
 	ReasonStaleRevision = "STALE_REVISION"
 	ReasonLimitExceeded = "LIMIT_EXCEEDED"
+	// ReasonBudgetExhausted: a workflow's budget is spent; more money, not
+	// a retry, is the fix.
+	ReasonBudgetExhausted = "BUDGET_EXHAUSTED"
 )
 
 // Kind is a class of error with exactly one gRPC code and, where a caller
@@ -46,6 +49,7 @@ var (
 	StaleRevision      = &Kind{"stale revision", codes.FailedPrecondition, ReasonStaleRevision}
 	ResourceExhausted  = &Kind{"resource exhausted", codes.ResourceExhausted, ""}
 	LimitExceeded      = &Kind{"limit exceeded", codes.ResourceExhausted, ReasonLimitExceeded}
+	BudgetExhausted    = &Kind{"budget exhausted", codes.ResourceExhausted, ReasonBudgetExhausted}
 	OutOfRange         = &Kind{"out of range", codes.OutOfRange, ""}
 	Unauthenticated    = &Kind{"unauthenticated", codes.Unauthenticated, ""}
 	PermissionDenied   = &Kind{"permission denied", codes.PermissionDenied, ""}
@@ -61,7 +65,7 @@ var (
 // kinds lists every kind, for mapping a code back to a kind.
 var kinds = []*Kind{
 	InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, StaleRevision,
-	ResourceExhausted, LimitExceeded, OutOfRange, Unauthenticated, PermissionDenied,
+	ResourceExhausted, LimitExceeded, BudgetExhausted, OutOfRange, Unauthenticated, PermissionDenied,
 	Unavailable, Retryable, NonRetryable, Canceled, DeadlineExceeded,
 	Unimplemented, Internal,
 }
@@ -135,6 +139,11 @@ func Reason(err error) string {
 	}
 	return ""
 }
+
+// WithReason returns st with a google.rpc.ErrorInfo of reason attached
+// (st itself when reason is empty), for a status rebuilt from stored
+// fields.
+func WithReason(st *status.Status, reason string) *status.Status { return withReason(st, reason) }
 
 func withReason(st *status.Status, reason string) *status.Status {
 	if reason == "" {

@@ -1193,7 +1193,12 @@ func (x *SubscribeRequest) GetAfterSequence() uint64 {
 type SubscribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event.
-	Event         *LifecycleEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	Event *LifecycleEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Events matching this subscription that were dropped since the
+	// previous message because the subscriber fell behind its bounded
+	// buffer (a slow subscriber never blocks the publisher). Zero normally;
+	// the running total is the sum over the stream.
+	Dropped       uint64 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1233,6 +1238,13 @@ func (x *SubscribeResponse) GetEvent() *LifecycleEvent {
 		return x.Event
 	}
 	return nil
+}
+
+func (x *SubscribeResponse) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
 }
 
 // PublishRequest is the input of Publish.
@@ -1407,9 +1419,10 @@ const file_layer0_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12K\n" +
 	"\asources\x18\x04 \x03(\x0e2 .layer0.lifecycle.v1.EventSourceB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\asources\x12*\n" +
 	"\x0eafter_sequence\x18\x05 \x01(\x04H\x00R\rafterSequence\x88\x01\x01B\x11\n" +
-	"\x0f_after_sequence\"N\n" +
+	"\x0f_after_sequence\"h\n" +
 	"\x11SubscribeResponse\x129\n" +
-	"\x05event\x18\x01 \x01(\v2#.layer0.lifecycle.v1.LifecycleEventR\x05event\"S\n" +
+	"\x05event\x18\x01 \x01(\v2#.layer0.lifecycle.v1.LifecycleEventR\x05event\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\x04R\adropped\"S\n" +
 	"\x0ePublishRequest\x12A\n" +
 	"\x05event\x18\x01 \x01(\v2#.layer0.lifecycle.v1.LifecycleEventB\x06\xbaH\x03\xc8\x01\x01R\x05event\"-\n" +
 	"\x0fPublishResponse\x12\x1a\n" +

@@ -7,8 +7,9 @@
 //
 // # Script format
 //
-// A script is a JSON object with a non-empty list of turns. Every field of
-// a turn is optional; unknown fields are errors.
+// A script is a JSON object with a list of turns and, optionally, a list
+// of cases; it needs at least one turn somewhere. Every field of a turn is
+// optional; unknown fields are errors.
 //
 //	{
 //	  "turns": [
@@ -43,15 +44,39 @@
 //     "2s". The wait ends early, with the context's error, when the call's
 //     context is cancelled or times out.
 //
+// Cases script an agent that is invoked again with a new message, such as
+// an orchestrator that gets the results of its delegations back:
+//
+//	{
+//	  "turns": [
+//	    {"tool_calls": [{"name": "delegate", "arguments": {"agent": "researcher", "task": "..."}}]}
+//	  ],
+//	  "cases": [
+//	    {"contains": "Results of delegated", "turns": [{"text": "Summary: ..."}]}
+//	  ]
+//	}
+//
+// Each case has a "contains" string (required, non-empty) and a non-empty
+// list of "turns" in the format above. When the text of the last genuine
+// user message (its text parts joined by newlines) contains a case's
+// "contains" (case-sensitive; the first matching case wins), that case's
+// turns play instead of the top-level ones. The top-level turns may then
+// be empty or absent.
+//
 // # Which turn plays
 //
 // The scripted model keeps no state: each call plays the turn whose index
 // is the number of assistant messages after the last genuine user message
-// (a user message with some content other than tool results). The first
-// call of an invocation plays turn 0; after its tool results are fed back,
-// the next call plays turn 1; and so on. A new user message starts the
-// script again. When the turns run out the reply is the text
-// "[scripted model: script exhausted after N turns]" with stop end_turn.
+// (a user message with some content other than tool results), from the
+// turns of the first case that matches that message, or else from the
+// top-level turns. The first call of an invocation plays turn 0; after its
+// tool results are fed back, the next call plays turn 1; and so on. A new
+// user message starts again at turn 0, of the turns that message selects.
+// When the turns run out the reply is the text
+// "[scripted model: script exhausted after N turns]" with stop end_turn;
+// when no case matches and there are no top-level turns it is
+// "[scripted model: no case of the script matches the last user message]".
+// Tool call ids count turns within the list that plays.
 //
 // # Where the script comes from
 //

@@ -17,10 +17,23 @@ import (
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
-// Script is a sequence of assistant turns, played in order. Build it with
-// Parse, or in Go; a Go-built script is not checked.
+// Script is a sequence of assistant turns, played in order, with
+// optional cases that replace the turns for some user messages. Build it
+// with Parse, or in Go; a Go-built script is not checked.
 type Script struct {
 	Turns []Turn
+	// Cases are tried in order against the text of the last genuine user
+	// message; the first whose Contains it contains plays its Turns
+	// instead of Script.Turns.
+	Cases []Case
+}
+
+// Case is a list of turns played when the last genuine user message
+// contains Contains (case-sensitive; an empty Contains, which Parse
+// rejects, matches every message).
+type Case struct {
+	Contains string
+	Turns    []Turn
 }
 
 // Turn is one assistant response.
@@ -51,6 +64,12 @@ const MaxScriptBytes = 4 << 20
 
 type wireScript struct {
 	Turns []json.RawMessage `json:"turns"`
+	Cases []json.RawMessage `json:"cases"`
+}
+
+type wireCase struct {
+	Contains string            `json:"contains"`
+	Turns    []json.RawMessage `json:"turns"`
 }
 
 type wireTurn struct {
@@ -97,18 +116,55 @@ func Parse(data []byte) (*Script, error) {
 	if err := decodeStrict(trimmed, &ws); err != nil {
 		return nil, invalid("", "%v", err)
 	}
-	if len(ws.Turns) == 0 {
-		return nil, invalid("", `no turns: want {"turns":[...]} with at least one turn`)
+	if len(ws.Turns) == 0 && len(ws.Cases) == 0 {
+		return nil, invalid("", `no turns: want {"turns":[...]} with at least one turn, or "cases"`)
 	}
-	s := &Script{Turns: make([]Turn, len(ws.Turns))}
-	for i, raw := range ws.Turns {
-		t, err := parseTurn(raw, fmt.Sprintf("turns[%d]", i))
+	turns, err := parseTurns(ws.Turns, "turns")
+	if err != nil {
+		return nil, err
+	}
+	s := &Script{Turns: turns}
+	for i, raw := range ws.Cases {
+		c, err := parseCase(raw, fmt.Sprintf("cases[%d]", i))
 		if err != nil {
 			return nil, err
 		}
-		s.Turns[i] = t
+		s.Cases = append(s.Cases, c)
 	}
 	return s, nil
+}
+
+func parseTurns(raws []json.RawMessage, where string) ([]Turn, error) {
+	var turns []Turn
+	for i, raw := range raws {
+		t, err := parseTurn(raw, fmt.Sprintf("%s[%d]", where, i))
+		if err != nil {
+			return nil, err
+		}
+		turns = append(turns, t)
+	}
+	return turns, nil
+}
+
+func parseCase(raw json.RawMessage, where string) (Case, error) {
+	if !isObject(raw) {
+		return Case{}, invalid(where, `a case is a JSON object like {"contains":"results","turns":[{"text":"done"}]}`)
+	}
+	var wc wireCase
+	if err := decodeStrict(raw, &wc); err != nil {
+		return Case{}, invalid(where, "%v", err)
+	}
+	if wc.Contains == "" {
+		return Case{}, invalid(where, "contains is required")
+	}
+	if len(wc.Turns) == 0 {
+		return Case{}, invalid(where, "no turns: a case needs at least one turn")
+	}
+	turns, err := parseTurns(wc.Turns, where+".turns")
+	if err != nil {
+		return Case{}, err
+	}
+	return Case{Contains: wc.Contains, Turns: turns}, nil
 }
 
 // ParseFile reads and parses the script file at path.

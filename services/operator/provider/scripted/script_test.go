@@ -61,12 +61,48 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestParseCases(t *testing.T) {
+	got, err := Parse([]byte(`{
+	  "cases": [
+	    {"contains": "Results of delegated", "turns": [{"text": "Summary."}, {"text": "Done.", "cost": "0.5"}]},
+	    {"contains": "ping", "turns": [{"tool_calls": [{"name": "pong"}]}]}
+	  ]
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Turns) != 0 {
+		t.Errorf("Turns = %#v, want none", got.Turns)
+	}
+	if len(got.Cases) != 2 {
+		t.Fatalf("got %d cases, want 2", len(got.Cases))
+	}
+	c0, c1 := got.Cases[0], got.Cases[1]
+	if c0.Contains != "Results of delegated" || len(c0.Turns) != 2 || c0.Turns[0].Text != "Summary." ||
+		c0.Turns[1].Text != "Done." || !c0.Turns[1].Cost.Equal(decimal.RequireFromString("0.5")) {
+		t.Errorf("cases[0] = %#v", c0)
+	}
+	if want := (Case{Contains: "ping", Turns: []Turn{{ToolCalls: []ToolCall{{Name: "pong"}}}}}); !reflect.DeepEqual(c1, want) {
+		t.Errorf("cases[1] =\n%#v\nwant\n%#v", c1, want)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct{ data, want string }{
 		{``, `script: want a JSON object like {"turns":[{"text":"hello"}]}: invalid argument`},
 		{`[1]`, `script: want a JSON object like {"turns":[{"text":"hello"}]}: invalid argument`},
-		{`{}`, `script: no turns: want {"turns":[...]} with at least one turn: invalid argument`},
-		{`{"turns":[]}`, `script: no turns: want {"turns":[...]} with at least one turn: invalid argument`},
+		{`{}`, `script: no turns: want {"turns":[...]} with at least one turn, or "cases": invalid argument`},
+		{`{"turns":[]}`, `script: no turns: want {"turns":[...]} with at least one turn, or "cases": invalid argument`},
+		{`{"turns":[],"cases":[]}`, `script: no turns: want {"turns":[...]} with at least one turn, or "cases": invalid argument`},
+		{`{"cases":[{"contains":"x"}]}`, `script: cases[0]: no turns: a case needs at least one turn: invalid argument`},
+		{`{"turns":[{}],"cases":[{"contains":"x","turns":[]}]}`, `script: cases[0]: no turns: a case needs at least one turn: invalid argument`},
+		{`{"cases":[{"turns":[{}]}]}`, `script: cases[0]: contains is required: invalid argument`},
+		{`{"cases":[{"contains":"a","turns":[{}]},{"contains":"","turns":[{}]}]}`, `script: cases[1]: contains is required: invalid argument`},
+		{`{"cases":[{"contains":"x","turns":[{}],"when":"y"}]}`, `script: cases[0]: json: unknown field "when": invalid argument`},
+		{`{"cases":["x"]}`, `script: cases[0]: a case is a JSON object like {"contains":"results","turns":[{"text":"done"}]}: invalid argument`},
+		{`{"cases":[{"contains":"x","turns":[{"txt":"a"}]}]}`, `script: cases[0].turns[0]: json: unknown field "txt": invalid argument`},
+		{`{"turns":[{}],"cases":[{"contains":"a","turns":[{}]},{"contains":"b","turns":[{},{"tool_calls":[{}]}]}]}`, `script: cases[1].turns[1].tool_calls[0]: name is required: invalid argument`},
+		{`{"turns":[{}],"cases":{"contains":"a"}}`, `script: json: cannot unmarshal object into Go struct field wireScript.cases of type []json.RawMessage: invalid argument`},
 		{`{"turns":[{}], "model":"x"}`, `script: json: unknown field "model": invalid argument`},
 		{`{"turns":[{}]} {}`, `script: unexpected data after the JSON object: invalid argument`},
 		{`{"turns":[{"text":"a"},{"txt":"b"}]}`, `script: turns[1]: json: unknown field "txt": invalid argument`},

@@ -163,13 +163,31 @@ func genuineUser(m provider.Message) bool {
 }
 
 func play(s *Script, msgs []provider.Message) reply {
-	n := TurnIndex(msgs)
-	if n >= len(s.Turns) {
-		return reply{text: exhausted(len(s.Turns)), stop: provider.StopEndTurn}
+	turns := s.Turns
+	if len(s.Cases) > 0 {
+		matched := false
+		text := lastUserText(msgs)
+		for _, c := range s.Cases {
+			if strings.Contains(text, c.Contains) {
+				turns, matched = c.Turns, true
+				break
+			}
+		}
+		if !matched && len(turns) == 0 {
+			return reply{text: noCase, stop: provider.StopEndTurn}
+		}
 	}
-	t := s.Turns[n]
+	n := TurnIndex(msgs)
+	if n >= len(turns) {
+		return reply{text: exhausted(len(turns)), stop: provider.StopEndTurn}
+	}
+	t := turns[n]
 	return reply{text: t.Text, calls: t.ToolCalls, stop: t.Stop, usage: t.Usage, cost: t.Cost, delay: t.Delay, turn: n}
 }
+
+// noCase is the reply when no case matches and the script has no
+// top-level turns.
+const noCase = "[scripted model: no case of the script matches the last user message]"
 
 func exhausted(n int) string {
 	if n == 1 {

@@ -288,6 +288,107 @@ func TestMetadataOverrideErrors(t *testing.T) {
 	}
 }
 
+const casesScript = `{
+  "turns": [
+    {"tool_calls": [{"name": "delegate", "arguments": {"agent": "researcher"}}]},
+    {"text": "Delegated; waiting."}
+  ],
+  "cases": [
+    {"contains": "Results of delegated", "turns": [
+      {"tool_calls": [{"name": "write", "arguments": {"path": "report.md"}}]},
+      {"text": "Report written.", "cost": "0.25"}
+    ]},
+    {"contains": "Results", "turns": [{"text": "Some other results."}]}
+  ]
+}`
+
+// TestCases drives an orchestrator-like agent: invoked with a task, it
+// delegates; invoked again with the results, it plays the case instead of
+// starting the top-level turns over.
+func TestCases(t *testing.T) {
+	p := New(WithScript(mustParse(t, casesScript)))
+	msgs := []provider.Message{user("Write a report on X.")}
+
+	r := complete(t, p, &provider.Request{Messages: msgs})
+	check(t, r, want{parts: []provider.Part{toolUse("call_0_0", "delegate", `{"agent":"researcher"}`)}, stop: provider.StopToolUse})
+	msgs = append(msgs, assistant(r), toolResults(provider.ToolResult{ToolUseID: "call_0_0", Content: "delegated"}))
+	r = complete(t, p, &provider.Request{Messages: msgs})
+	check(t, r, want{parts: []provider.Part{text("Delegated; waiting.")}, stop: provider.StopEndTurn})
+	msgs = append(msgs, assistant(r))
+
+	// Re-invoked with the results: the first matching case plays from its
+	// turn 0, though "Results" (the second case) matches too.
+	msgs = append(msgs, provider.Message{Role: provider.User, Parts: []provider.Part{text("Here you go."), text("Results of delegated tasks:\n- researcher: X is Y")}})
+	r = complete(t, p, &provider.Request{Messages: msgs})
+	check(t, r, want{parts: []provider.Part{toolUse("call_0_0", "write", `{"path":"report.md"}`)}, stop: provider.StopToolUse})
+	msgs = append(msgs, assistant(r), toolResults(provider.ToolResult{ToolUseID: "call_0_0", Content: "ok"}))
+	r = complete(t, p, &provider.Request{Messages: msgs})
+	check(t, r, want{parts: []provider.Part{text("Report written.")}, stop: provider.StopEndTurn, cost: "0.25"})
+	msgs = append(msgs, assistant(r), toolResults(provider.ToolResult{ToolUseID: "late", Content: "late"}))
+	check(t, complete(t, p, &provider.Request{Messages: msgs}), want{
+		parts: []provider.Part{text("[scripted model: script exhausted after 2 turns]")},
+		stop:  provider.StopEndTurn,
+	})
+
+	tests := []struct {
+		name string
+		msg  string
+		want string
+	}{
+		{"second case", "Results: none", "Some other results."},
+		{"case-sensitive: falls back to the top-level turns", "results of delegated tasks", ""},
+		{"no case: top-level turns", "Write another report.", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := complete(t, p, &provider.Request{Messages: []provider.Message{user(tt.msg)}})
+			if tt.want == "" {
+				check(t, r, want{parts: []provider.Part{toolUse("call_0_0", "delegate", `{"agent":"researcher"}`)}, stop: provider.StopToolUse})
+				return
+			}
+			check(t, r, want{parts: []provider.Part{text(tt.want)}, stop: provider.StopEndTurn})
+		})
+	}
+}
+
+func TestCasesWithoutTopLevelTurns(t *testing.T) {
+	p := New(WithScript(mustParse(t, `{"cases":[{"contains":"ping","turns":[{"text":"pong"}]}]}`)))
+	check(t, complete(t, p, &provider.Request{Messages: []provider.Message{user("ping?")}}), want{
+		parts: []provider.Part{text("pong")}, stop: provider.StopEndTurn,
+	})
+	check(t, complete(t, p, &provider.Request{Messages: []provider.Message{user("hello")}}), want{
+		parts: []provider.Part{text("[scripted model: no case of the script matches the last user message]")},
+		stop:  provider.StopEndTurn,
+	})
+}
+
+func TestMetadataOverrideWithCases(t *testing.T) {
+	md := map[string]any{"cases": []any{
+		map[string]any{"contains": "Results of delegated", "turns": []any{map[string]any{"text": "from the case"}}},
+	}, "turns": []any{map[string]any{"text": "from the top level"}}}
+	st, err := structpb.NewStruct(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The default script would answer "default" to anything.
+	p := New(WithScript(mustParse(t, `{"turns":[{"text":"default"}],"cases":[{"contains":"Results","turns":[{"text":"default case"}]}]}`)))
+	for _, v := range []any{md, st} {
+		for msg, wantText := range map[string]string{
+			"Results of delegated tasks: ...": "from the case",
+			"Results: none":                   "from the top level",
+		} {
+			r := complete(t, p, &provider.Request{Messages: []provider.Message{user(msg)}, Metadata: map[string]any{MetadataKey: v}})
+			if r.Text() != wantText {
+				t.Errorf("metadata %T, message %q: text = %q, want %q", v, msg, r.Text(), wantText)
+			}
+		}
+	}
+	// Without the override the default script's case plays.
+	if r := complete(t, p, &provider.Request{Messages: []provider.Message{user("Results: none")}}); r.Text() != "default case" {
+		t.Errorf("text = %q, want the default script's case", r.Text())
+	}
+}
+
 func TestRules(t *testing.T) {
 	long := strings.Repeat("é", 250)
 	tests := []struct {

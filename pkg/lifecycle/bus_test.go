@@ -1,0 +1,510 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	"github.com/secbear/neuron/pkg/errs"
+)
+
+// hangGuard bounds every wait; tests never sleep to synchronise.
+const hangGuard = 5 * time.Second
+
+func obs(wf string) *lifecyclev1.LifecycleEvent {
+	return Observable(srcOrch, "test.event", wf, "", nil)
+}
+
+func seqp(n uint64) *uint64 { return &n }
+
+// recv returns the next delivery, failing if the channel is closed or
+// nothing arrives within the hang guard.
+func recv(t *testing.T, s *Subscription) Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-s.C():
+		if !ok {
+			t.Fatal("subscription closed")
+		}
+		return d
+	case <-time.After(hangGuard):
+		t.Fatal("no delivery")
+	}
+	return Delivery{}
+}
+
+// buffered drains what is already in the channel, without waiting. Publish
+// is synchronous, so after it returns its deliveries are in the channel.
+func buffered(s *Subscription) (ds []Delivery, open bool) {
+	for {
+		select {
+		case d, ok := <-s.C():
+			if !ok {
+				return ds, false
+			}
+			ds = append(ds, d)
+		default:
+			return ds, true
+		}
+	}
+}
+
+func seqs(ds []Delivery) []uint64 {
+	out := make([]uint64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Event.GetSequence()
+	}
+	return out
+}
+
+func span(from, to uint64) []uint64 {
+	var out []uint64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestSequenceAndTime(t *testing.T) {
+	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	b := NewBus(Options{StartSequence: 100, Now: func() time.Time { return clock }})
+	if got := b.LastSequence(); got != 100 {
+		t.Fatalf("LastSequence before any publish = %d, want 100", got)
+	}
+	sub, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	unset := obs("wf")
+	unset.Sequence = 7 // ignored
+	if got := b.Publish(unset); got != 101 {
+		t.Fatalf("first sequence %d, want 101", got)
+	}
+	if unset.GetSequence() != 7 || unset.GetTime() != nil {
+		t.Fatalf("Publish modified its argument: %v", unset)
+	}
+	d := recv(t, sub)
+	if d.Event.GetSequence() != 101 || !d.Event.GetTime().AsTime().Equal(clock) {
+		t.Fatalf("delivered %v, want sequence 101 at %v", d.Event, clock)
+	}
+	// The bus keeps a clone: changing the published message later changes
+	// nothing delivered or buffered.
+	unset.WorkflowId = "changed"
+	if d.Event.GetWorkflowId() != "wf" {
+		t.Fatalf("delivered event aliases the published one")
+	}
+
+	when := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	set := obs("wf")
+	set.Time = timestamppb.New(when)
+	if got := b.Publish(set); got != 102 {
+		t.Fatalf("second sequence %d, want 102", got)
+	}
+	if d := recv(t, sub); d.Event.GetSequence() != 102 || !d.Event.GetTime().AsTime().Equal(when) {
+		t.Fatalf("delivered %v, want the publisher's time %v kept", d.Event, when)
+	}
+	if got := b.LastSequence(); got != 102 {
+		t.Fatalf("LastSequence = %d, want 102", got)
+	}
+	if got := b.Publish(nil); got != 0 {
+		t.Fatalf("Publish(nil) = %d, want 0", got)
+	}
+	if got := b.LastSequence(); got != 102 {
+		t.Fatalf("Publish(nil) assigned a sequence: %d", got)
+	}
+}
+
+func TestReplay(t *testing.T) {
+	// Ring of 4 holding sequences 7..10 after ten events; odd sequences
+	// belong to workflow "odd".
+	newBus := func() *Bus {
+		b := NewBus(Options{BufferSize: 4})
+		for i := 1; i <= 10; i++ {
+			wf := "even"
+			if i%2 == 1 {
+				wf = "odd"
+			}
+			b.Publish(obs(wf))
+		}
+		return b
+	}
+	tests := []struct {
+		name   string
+		filter Filter
+		after  *uint64
+		want   []uint64
+	}{
+		{"no after: live only", Filter{}, nil, nil},
+		{"just before the oldest kept", Filter{}, seqp(6), span(7, 10)},
+		{"inside the ring", Filter{}, seqp(8), span(9, 10)},
+		{"the last", Filter{}, seqp(10), nil},
+		{"beyond the last", Filter{}, seqp(1000), nil},
+		{"filtered", Filter{WorkflowID: "odd"}, seqp(6), []uint64{7, 9}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBus()
+			sub, err := b.Subscribe(tt.filter, tt.after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := buffered(sub)
+			if !slices.Equal(seqs(got), tt.want) {
+				t.Fatalf("replayed %v, want %v", seqs(got), tt.want)
+			}
+			for _, d := range got {
+				if d.Dropped != 0 {
+					t.Fatalf("replayed delivery with dropped %d", d.Dropped)
+				}
+			}
+			// Live events follow the replay.
+			b.Publish(obs("odd"))
+			if d := recv(t, sub); d.Event.GetSequence() != 11 {
+				t.Fatalf("live event %d, want 11", d.Event.GetSequence())
+			}
+		})
+	}
+}
+
+func TestReplayLargerThanSubscriberBuffer(t *testing.T) {
+	b := NewBus(Options{BufferSize: 100, SubscriberBuffer: 2})
+	for range 50 {
+		b.Publish(obs("wf"))
+	}
+	sub, err := b.Subscribe(Filter{}, seqp(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The replay and SubscriberBuffer live events fit without drops.
+	b.Publish(obs("wf"))
+	b.Publish(obs("wf"))
+	got, _ := buffered(sub)
+	if !slices.Equal(seqs(got), span(1, 52)) || sub.Dropped() != 0 {
+		t.Fatalf("got %v dropped %d, want 1..52 and none dropped", seqs(got), sub.Dropped())
+	}
+}
+
+func TestOutOfRange(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  Options
+		n     int
+		after uint64
+		want  string
+	}{
+		{"evicted", Options{BufferSize: 4}, 10, 5, "the oldest sequence kept is 7"},
+		{"long evicted", Options{BufferSize: 4}, 10, 0, "the oldest sequence kept is 7"},
+		{"before a restart, nothing buffered", Options{StartSequence: 500}, 0, 100, "the next sequence is 501"},
+		{"before a restart", Options{StartSequence: 500}, 3, 499, "the oldest sequence kept is 501"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBus(tt.opts)
+			for range tt.n {
+				b.Publish(obs("wf"))
+			}
+			_, err := b.Subscribe(Filter{}, seqp(tt.after))
+			if !errors.Is(err, errs.OutOfRange) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Subscribe(after %d) = %v, want OUT_OF_RANGE naming %q", tt.after, err, tt.want)
+			}
+			if b.Subscribers() != 0 {
+				t.Fatalf("a failed Subscribe registered a subscriber")
+			}
+		})
+	}
+	// The boundaries are accepted.
+	b := NewBus(Options{StartSequence: 500})
+	if _, err := b.Subscribe(Filter{}, seqp(500)); err != nil {
+		t.Fatalf("after = StartSequence: %v", err)
+	}
+	b = NewBus(Options{BufferSize: 4})
+	for range 10 {
+		b.Publish(obs("wf"))
+	}
+	if _, err := b.Subscribe(Filter{}, seqp(6)); err != nil {
+		t.Fatalf("after = oldest-1: %v", err)
+	}
+}
+
+// TestReplayThenLiveConcurrent subscribes, with and without replay, while
+// several goroutines publish, and checks every subscriber sees exactly the
+// matching sequences from its starting point on: no gap, no duplicate, in
+// order. Buffers are large enough that nothing is dropped.
+func TestReplayThenLiveConcurrent(t *testing.T) {
+	const publishers, perPublisher, subscribers = 4, 500, 16
+	const total = publishers * perPublisher
+	b := NewBus(Options{BufferSize: total, SubscriberBuffer: total})
+
+	var mu sync.Mutex
+	workflow := make([]string, total+1) // by sequence
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for i := range perPublisher {
+				wf := fmt.Sprintf("wf%d", (p+i)%2)
+				seq := b.Publish(obs(wf))
+				mu.Lock()
+				workflow[seq] = wf
+				mu.Unlock()
+			}
+		})
+	}
+
+	type sub struct {
+		s      *Subscription
+		filter Filter
+		after  *uint64
+	}
+	subs := make([]sub, subscribers)
+	var swg sync.WaitGroup
+	for i := range subscribers {
+		swg.Go(func() {
+			// Subscribe at staggered points while publishing goes on.
+			for b.LastSequence() < uint64(i*total/(subscribers+1)) {
+				runtime.Gosched()
+			}
+			var f Filter
+			if i%2 == 1 {
+				f.WorkflowID = "wf1"
+			}
+			var after *uint64
+			if i%4 < 2 {
+				last := b.LastSequence()
+				after = seqp(last - min(last, uint64(i*7)))
+			}
+			s, err := b.Subscribe(f, after)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			subs[i] = sub{s, f, after}
+		})
+	}
+	wg.Wait()
+	swg.Wait()
+	if t.Failed() {
+		return
+	}
+	if got := b.LastSequence(); got != total {
+		t.Fatalf("LastSequence = %d, want %d", got, total)
+	}
+	for i, s := range subs {
+		got := seqs(must(buffered(s.s)))
+		if len(got) == 0 {
+			if s.after != nil && *s.after < total {
+				t.Errorf("subscriber %d (after %d) got nothing", i, *s.after)
+			}
+			continue
+		}
+		from := got[0]
+		if s.after != nil {
+			from = *s.after + 1
+		}
+		var want []uint64
+		for seq := from; seq <= total; seq++ {
+			if s.filter.WorkflowID == "" || workflow[seq] == s.filter.WorkflowID {
+				want = append(want, seq)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("subscriber %d (after %v, filter %+v):\n got %v\nwant %v", i, s.after, s.filter, got, want)
+		}
+		if s.s.Dropped() != 0 {
+			t.Errorf("subscriber %d dropped %d", i, s.s.Dropped())
+		}
+	}
+}
+
+func must(ds []Delivery, _ bool) []Delivery { return ds }
+
+func TestSlowSubscriberNeverBlocksPublish(t *testing.T) {
+	const buf = 8
+	b := NewBus(Options{SubscriberBuffer: buf})
+	all, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd, err := b.Subscribe(Filter{WorkflowID: "odd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= 10*buf; i++ {
+			wf := "even"
+			if i%2 == 1 {
+				wf = "odd"
+			}
+			b.Publish(obs(wf))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatal("Publish blocked on a subscriber that does not read")
+	}
+
+	// The first buf events are buffered; the rest were dropped.
+	got, _ := buffered(all)
+	if !slices.Equal(seqs(got), span(1, buf)) {
+		t.Fatalf("buffered %v, want 1..%d", seqs(got), buf)
+	}
+	if all.Dropped() != 9*buf {
+		t.Fatalf("Dropped = %d, want %d", all.Dropped(), 9*buf)
+	}
+	gotOdd, _ := buffered(odd)
+	if !slices.Equal(seqs(gotOdd), []uint64{1, 3, 5, 7, 9, 11, 13, 15}) {
+		t.Fatalf("odd buffered %v", seqs(gotOdd))
+	}
+	// Only matching events count as dropped: 40 odd events, 8 delivered.
+	if odd.Dropped() != 5*buf-buf {
+		t.Fatalf("odd Dropped = %d, want %d", odd.Dropped(), 5*buf-buf)
+	}
+
+	// The next delivery reports the drops, the one after none.
+	b.Publish(obs("odd"))
+	b.Publish(obs("odd"))
+	next, _ := buffered(all)
+	if len(next) != 2 || next[0].Event.GetSequence() != 10*buf+1 || next[0].Dropped != 9*buf || next[1].Dropped != 0 {
+		t.Fatalf("after catching up: %+v", next)
+	}
+	nextOdd, _ := buffered(odd)
+	if len(nextOdd) != 2 || nextOdd[0].Dropped != 4*buf || nextOdd[1].Dropped != 0 {
+		t.Fatalf("odd after catching up: %+v", nextOdd)
+	}
+	// The per-delivery counts sum to the total.
+	var sum uint64
+	for _, d := range slices.Concat(got, next) {
+		sum += d.Dropped
+	}
+	if sum != all.Dropped() {
+		t.Fatalf("sum of Delivery.Dropped %d, total %d", sum, all.Dropped())
+	}
+}
+
+func TestPublishAllocatesOnlyTheClone(t *testing.T) {
+	b := NewBus(Options{BufferSize: 16, SubscriberBuffer: 1})
+	for i := range 8 { // some full, some filtered out
+		f := Filter{}
+		if i%2 == 1 {
+			f.WorkflowID = "other"
+		}
+		if _, err := b.Subscribe(f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := obs("wf")
+	ev.Time = timestamppb.Now()
+	clone := testing.AllocsPerRun(100, func() { _ = proto.Clone(ev) })
+	publish := testing.AllocsPerRun(100, func() { b.Publish(ev) })
+	if publish > clone {
+		t.Fatalf("Publish allocates %.0f times, the clone alone %.0f", publish, clone)
+	}
+}
+
+func TestClose(t *testing.T) {
+	b := NewBus(Options{})
+	s1, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Subscribers() != 2 {
+		t.Fatalf("Subscribers = %d", b.Subscribers())
+	}
+
+	b.Publish(obs("wf"))
+	s1.Close()
+	s1.Close() // idempotent
+	if b.Subscribers() != 1 {
+		t.Fatalf("Subscribers after Close = %d, want 1", b.Subscribers())
+	}
+	// What was buffered is still read, then the channel is closed.
+	if got, open := buffered(s1); len(got) != 1 || open {
+		t.Fatalf("closed subscription: %d deliveries, open %v", len(got), open)
+	}
+	b.Publish(obs("wf")) // no send on a closed channel
+
+	b.Close()
+	b.Close() // idempotent
+	if got, open := buffered(s2); !slices.Equal(seqs(got), []uint64{1, 2}) || open {
+		t.Fatalf("after bus Close: %v, open %v; want 1, 2 then closed", seqs(got), open)
+	}
+	s2.Close() // after the bus closed: no double close
+	if b.Subscribers() != 0 {
+		t.Fatalf("Subscribers after bus Close = %d", b.Subscribers())
+	}
+	if seq := b.Publish(obs("wf")); seq != 0 {
+		t.Fatalf("Publish after Close = %d, want 0", seq)
+	}
+	if b.LastSequence() != 2 {
+		t.Fatalf("LastSequence after Close = %d, want 2", b.LastSequence())
+	}
+	if _, err := b.Subscribe(Filter{}, nil); !errors.Is(err, errs.Unavailable) {
+		t.Fatalf("Subscribe after Close = %v, want UNAVAILABLE", err)
+	}
+}
+
+// TestCloseConcurrent races subscription and bus closes against
+// publishers (for the race detector: no send on a closed channel, no
+// double close).
+func TestCloseConcurrent(t *testing.T) {
+	b := NewBus(Options{SubscriberBuffer: 4})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				b.Publish(obs("wf"))
+			}
+		})
+	}
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				s, err := b.Subscribe(Filter{}, nil)
+				if err != nil {
+					return // the bus closed
+				}
+				for range s.C() {
+					s.Close() // close while deliveries may still arrive
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for b.LastSequence() < 400 {
+			runtime.Gosched()
+		}
+		b.Close()
+	})
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatal("hang")
+	}
+	if b.Subscribers() != 0 {
+		t.Fatalf("Subscribers = %d after Close", b.Subscribers())
+	}
+}
