@@ -1,0 +1,232 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/provider/scripted"
+	"github.com/secbear/neuron/services/operator/tool"
+	"github.com/secbear/neuron/services/operator/tool/effect"
+	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/state"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// serve runs a dev-mode grpcserver with the standard chain on a free
+// port until the test ends and returns its address.
+func serve(t *testing.T, register func(s *grpcserver.Server), opts ...grpcserver.Option) string {
+	t.Helper()
+	srv, err := grpcserver.New(grpcserver.Config{Name: "test", Addr: "127.0.0.1:0", Dev: true, ShutdownTimeout: 2 * time.Second}, quiet(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(srv)
+	lis, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx, lis); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String()
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// writeCounter counts the writes a State service applied (not the
+// replays it recognised), per scope and key: exactly-once shows as 1.
+type writeCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *writeCounter) interceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if w, ok := req.(*statev1.WriteRequest); ok && err == nil && !resp.(*statev1.WriteResponse).GetReplayed() {
+		c.mu.Lock()
+		c.n[scope.String(w.GetScope())+"|"+w.GetKey()]++
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *writeCounter) count(sc *typesv1.Scope, key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[scope.String(sc)+"|"+key]
+}
+
+// startState runs an in-memory State service.
+func startState(t *testing.T) (string, statev1.StateServiceClient, *writeCounter) {
+	wc := &writeCounter{n: map[string]int{}}
+	addr := serve(t, func(s *grpcserver.Server) {
+		statev1.RegisterStateServiceServer(s, state.NewServer(state.NewMemory()))
+	}, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{wc.interceptor}, nil))
+	return addr, statev1.NewStateServiceClient(dial(t, addr)), wc
+}
+
+// startOperator runs the real operator service with the scripted model,
+// the effect tools and session history from the State service.
+func startOperator(t *testing.T, stateAddr string) string {
+	t.Helper()
+	reg := tool.NewRegistry()
+	for _, et := range effect.All() {
+		if err := reg.RegisterEffect(et); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := operator.DefaultConfig()
+	cfg.Model = "scripted"
+	op, err := operator.New(cfg, provider.Single{Provider: scripted.New(), Default: "scripted"}, quiet(),
+		operator.WithTools(reg),
+		operator.WithHistory(operator.StateHistory{Client: statev1.NewStateServiceClient(dial(t, stateAddr)), Log: quiet()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, operator.NewServer(op)) })
+}
+
+// orch is an orchestrator under test.
+type orch struct {
+	addr    string
+	engine  *orchestrator.Engine
+	bus     *lifecycle.Bus
+	client  orchestratorv1.OrchestratorServiceClient
+	events  lifecyclev1.LifecycleServiceClient
+	journal string
+}
+
+// orchOptions adjust startOrch.
+type orchOptions struct {
+	engine orchestrator.Options
+	chain  []grpc.UnaryClientInterceptor
+}
+
+// registryYAML renders agents as a registry file (JSON is YAML).
+func registryYAML(t *testing.T, agents ...map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"agents": agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// startOrch runs an orchestrator (engine + gRPC server) over a journal in
+// dir, stopped when the test ends.
+func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o orchOptions) *orch {
+	t.Helper()
+	reg, err := orchestrator.ParseRegistry(registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "journal.db")
+	j, err := orchestrator.OpenJournal(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append([]grpc.UnaryClientInterceptor{orchestrator.AuditInterceptor(quiet()), orchestrator.BudgetInterceptor()}, o.chain...)
+	caller := orchestrator.NewGRPCCaller(grpcclient.Config{Dev: true}, grpcclient.Config{Dev: true}, chain...)
+	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: stateAddr, Dev: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := lifecycle.NewBus(lifecycle.Options{StartSequence: j.Epoch() * 1_000_000_000})
+	if o.engine.Log == nil {
+		o.engine.Log = quiet()
+	}
+	eng := orchestrator.NewEngine(j, reg, caller, statev1.NewStateServiceClient(stateConn), bus, o.engine)
+	addr := serve(t, func(s *grpcserver.Server) {
+		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewServer(eng))
+		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus))
+	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			eng.Close()
+			bus.Close()
+			caller.Close()
+			stateConn.Close()
+			j.Close()
+		})
+	}
+	t.Cleanup(stop)
+	if _, err := eng.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, addr)
+	return &orch{addr: addr, engine: eng, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
+		events: lifecyclev1.NewLifecycleServiceClient(cc), journal: path}
+}
+
+// script is a scripted-model script as registry metadata.
+func script(turns []map[string]any, cases ...map[string]any) map[string]any {
+	s := map[string]any{"turns": turns}
+	if len(cases) > 0 {
+		s["cases"] = cases
+	}
+	return map[string]any{"scripted": s}
+}
+
+func call(name string, args map[string]any) map[string]any {
+	return map[string]any{"name": name, "arguments": args}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func must[T any](t *testing.T) func(v T, err error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// jsonOf renders a value as compact JSON.
+func jsonOf(t *testing.T, v *structpb.Value) string {
+	t.Helper()
+	b, err := json.Marshal(v.AsInterface())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var _ = fmt.Sprint
