@@ -125,6 +125,9 @@ type orch struct {
 	client  orchestratorv1.OrchestratorServiceClient
 	events  lifecyclev1.LifecycleServiceClient
 	journal string
+	// stop closes the engine and journal (the gRPC server stays up, its
+	// calls failing), as a process shutdown would.
+	stop func()
 }
 
 // orchOptions adjust startOrch.
@@ -187,7 +190,7 @@ func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o or
 	}
 	cc := dial(t, addr)
 	return &orch{addr: addr, engine: eng, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
-		events: lifecyclev1.NewLifecycleServiceClient(cc), journal: path}
+		events: lifecyclev1.NewLifecycleServiceClient(cc), journal: path, stop: stop}
 }
 
 // script is a scripted-model script as registry metadata.

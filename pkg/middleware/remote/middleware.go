@@ -123,7 +123,7 @@ func (m *Middleware) wantsAny(b middlewarev1.Boundary) bool {
 // caller's outgoing metadata: headers meant for the intercepted call (a
 // token for the agent, say) are not the middleware's.
 func (m *Middleware) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	return metadata.NewOutgoingContext(ctx, metadata.MD{}), cancel
 }
 

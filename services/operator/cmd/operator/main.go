@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"google.golang.org/grpc"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/hook"
@@ -58,6 +60,7 @@ type flags struct {
 	state       grpcclient.Config
 	hooks       grpcclient.Config
 	lifecycle   grpcclient.Config
+	middleware  remote.Flags
 	models      modelFlags
 	scriptOpts  []scripted.Option
 	mcpConfig   string
@@ -91,6 +94,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.state.BindFlags(fs, "state")
 	f.hooks.BindFlags(fs, "hook")
 	f.lifecycle.BindFlags(fs, "lifecycle")
+	f.middleware.Bind(fs)
 	f.models.bind(fs)
 	def := operator.DefaultConfig()
 	fs.BoolVar(&f.oneShot, "one-shot", false, "run one invocation: OperatorInput (protojson) on stdin, OperatorOutput on stdout; exit 0 complete, 3 other exit, 10+gRPC code on error")
@@ -124,7 +128,13 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if f.unconfined && !f.srv.Dev {
 		return nil, errors.New("--sandbox-unconfined is only allowed with --dev")
 	}
-	for _, c := range []*grpcclient.Config{&f.state, &f.hooks, &f.lifecycle} {
+	if f.oneShot && f.middleware.Client.Target != "" {
+		// One-shot runs under the environment service, whose own exec
+		// middleware applies; ignoring the flag here would silently drop
+		// the policy.
+		return nil, errors.New("--middleware-addr applies in serving mode only; in --one-shot mode the caller (the environment service) applies middleware")
+	}
+	for _, c := range []*grpcclient.Config{&f.state, &f.hooks, &f.lifecycle, &f.middleware.Client} {
 		c.Dev, c.Plaintext = f.srv.Dev, f.srv.Plaintext
 	}
 	return f, nil
@@ -144,11 +154,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "operator: %v\n", err)
 		return exitConfig
 	}
-	// The server first (serving mode): a bad security config fails before
-	// anything else is set up.
+	// The server first (serving mode), with the policy middleware when
+	// one is configured: a bad security config, or a fail-closed
+	// middleware that cannot be reached, fails before anything else is set
+	// up.
 	var srv *grpcserver.Server
 	if !f.oneShot {
-		if srv, err = grpcserver.New(f.srv, log); err != nil {
+		mw, closeMW, err := remote.Dial(ctx, f.middleware, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "operator: %v\n", err)
+			return exitConfig
+		}
+		defer closeMW()
+		var opts []grpcserver.Option
+		if mw != nil {
+			u, s := mw.ExecServerInterceptors()
+			opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{u}, []grpc.StreamServerInterceptor{s}))
+		}
+		if srv, err = grpcserver.New(f.srv, log, opts...); err != nil {
 			fmt.Fprintf(stderr, "operator: %v\n", err)
 			return exitConfig
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/middleware/audit"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("state", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	srvCfg.BindFlags(fs)
+	var mwFlags remote.Flags
+	mwFlags.Bind(fs)
 	var (
 		dataDir     = fs.String("data-dir", ".data/state", "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
 		backend     = fs.String("backend", "bolt", "storage backend: bolt (durable) or memory (tests only; lost on exit)")
@@ -63,9 +66,27 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The server first: a bad security config fails before any file is made.
-	srv, err := grpcserver.New(srvCfg, log, grpcserver.WithInterceptors(
-		[]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor(audit.WithLogger(log))}, nil))
+	// The policy middleware, when configured: unreachable and fail-closed,
+	// start-up fails rather than serve without the policy.
+	mwFlags.Client.Dev, mwFlags.Client.Plaintext = srvCfg.Dev, srvCfg.Plaintext
+	mw, closeMW, err := remote.Dial(ctx, mwFlags, log)
+	if err != nil {
+		return err
+	}
+	defer closeMW()
+	// Service interceptors, outermost first. The middleware is outside
+	// the audit log so that the log records what was applied: a write the
+	// middleware halts before is never applied (and not audited), a write
+	// whose result it withholds after was applied (and is audited as such),
+	// and a rewritten write is audited as it was stored. The middleware
+	// logs each verdict it applies.
+	var unary []grpc.UnaryServerInterceptor
+	if mw != nil {
+		unary = append(unary, mw.StoreServerInterceptor())
+	}
+	unary = append(unary, audit.UnaryServerInterceptor(audit.WithLogger(log)))
+	// The server before any file is made: a bad security config fails first.
+	srv, err := grpcserver.New(srvCfg, log, grpcserver.WithInterceptors(unary, nil))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,285 @@
+//go:build unix
+
+package benchmark
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/state"
+)
+
+// concurrencies are the numbers of goroutines issuing calls at once. They
+// are explicit goroutines (not RunParallel, which multiplies by
+// GOMAXPROCS), all sharing one client connection.
+var concurrencies = []int{1, 64}
+
+// agentID is the registry's one agent, on the trivial operator.
+const agentID = "echo"
+
+// BenchmarkDispatch is one Dispatch per op, each a new one-step workflow
+// on the trivial operator.
+func BenchmarkDispatch(b *testing.B) {
+	log := discardLogger(b)
+	opAddr := startOperator(b)
+	client := startOrchestrator(b, log, opAddr)
+	req := &orchestratorv1.DispatchRequest{AgentId: agentID, Input: &operatorv1.OperatorInput{Message: content.Text("ping")}}
+	call := func() error {
+		resp, err := client.Dispatch(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		if k := resp.GetOutput().GetExitReason().GetKind(); k != operatorv1.ExitKind_EXIT_KIND_COMPLETE {
+			return fmt.Errorf("workflow %s ended with exit %s", resp.GetWorkflowId(), k)
+		}
+		return nil
+	}
+	if err := call(); err != nil { // warm up both connections
+		b.Fatal(err)
+	}
+	forEachConc(b, "dispatches/s", call)
+}
+
+// BenchmarkEcho is one Execute per op on the trivial operator, called
+// directly: the cost of a gRPC round trip and nothing else.
+func BenchmarkEcho(b *testing.B) {
+	client := operatorv1.NewOperatorServiceClient(dial(b, startOperator(b)))
+	req := &operatorv1.ExecuteRequest{Input: &operatorv1.OperatorInput{Message: content.Text("ping")}}
+	call := func() error {
+		resp, err := client.Execute(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		if k := resp.GetOutput().GetExitReason().GetKind(); k != operatorv1.ExitKind_EXIT_KIND_COMPLETE {
+			return fmt.Errorf("exit %s", k)
+		}
+		return nil
+	}
+	if err := call(); err != nil {
+		b.Fatal(err)
+	}
+	forEachConc(b, "calls/s", call)
+}
+
+func forEachConc(b *testing.B, unit string, call func() error) {
+	for _, conc := range concurrencies {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) { measure(b, conc, unit, call) })
+	}
+}
+
+// measure runs call b.N times split over conc goroutines, timing each
+// call into a slice preallocated per goroutine, and reports throughput
+// (in unit), the 50th and 99th percentile latency and the process's CPU
+// time per call.
+func measure(b *testing.B, conc int, unit string, call func() error) {
+	lat := make([][]time.Duration, conc)
+	for w := range conc {
+		n := b.N / conc
+		if w < b.N%conc {
+			n++
+		}
+		lat[w] = make([]time.Duration, n)
+	}
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		errMu sync.Mutex
+		first error
+	)
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			mine := lat[w]
+			for i := range mine {
+				t0 := time.Now()
+				err := call()
+				mine[i] = time.Since(t0)
+				if err != nil {
+					errMu.Lock()
+					first = cmp.Or(first, err)
+					errMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	cpu := cpuTime(b) - cpu0
+	b.StopTimer()
+	if first != nil {
+		b.Fatal(first)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
+	b.ReportMetric(micros(percentile(all, 0.50)), "p50-us")
+	b.ReportMetric(micros(percentile(all, 0.99)), "p99-us")
+	b.ReportMetric(micros(cpu)/float64(b.N), "cpu-us/op")
+}
+
+// percentile of sorted latencies, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// cpuTime is the user and system CPU time of this process.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// discardLogger formats JSON at info level as the binary does, to
+// io.Discard: the cost of the log lines is in, the terminal's is not.
+func discardLogger(b *testing.B) *slog.Logger {
+	log, err := logging.New(io.Discard, logging.Options{Level: "info", Format: "json", Service: "orchestrator"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return log
+}
+
+// trivialOperator answers Execute at once: the request's message back,
+// EXIT_KIND_COMPLETE, no cost, no effects.
+type trivialOperator struct {
+	operatorv1.UnimplementedOperatorServiceServer
+}
+
+func (trivialOperator) Execute(_ context.Context, req *operatorv1.ExecuteRequest) (*operatorv1.ExecuteResponse, error) {
+	return &operatorv1.ExecuteResponse{Output: &operatorv1.OperatorOutput{
+		Message:    req.GetInput().GetMessage(),
+		ExitReason: &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_COMPLETE},
+	}}, nil
+}
+
+// startOperator serves trivialOperator on a bare grpc-go server (no
+// options, no interceptors) on loopback TCP and returns its address.
+func startOperator(b *testing.B) string {
+	b.Helper()
+	gs := grpc.NewServer()
+	operatorv1.RegisterOperatorServiceServer(gs, trivialOperator{})
+	return serveBare(b, gs)
+}
+
+// startState serves an in-memory StateService on a bare grpc-go server.
+func startState(b *testing.B) string {
+	b.Helper()
+	gs := grpc.NewServer()
+	statev1.RegisterStateServiceServer(gs, state.NewServer(state.NewMemory()))
+	return serveBare(b, gs)
+}
+
+func serveBare(b *testing.B, gs *grpc.Server) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gs.Serve(lis) }()
+	b.Cleanup(func() {
+		gs.Stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+// startOrchestrator serves the orchestrator as cmd/orchestrator builds it
+// (without the optional remote middleware) with one agent on the operator
+// at opAddr, and returns a client of it.
+func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
+	b.Helper()
+	reg, err := orchestrator.ParseRegistry(fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := grpcserver.New(grpcserver.Config{Name: "orchestrator", Addr: "127.0.0.1:0", Dev: true}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := grpcclient.Config{Dev: true}
+	caller := orchestrator.NewGRPCCaller(peer, peer, orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor())
+	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: startState(b), Dev: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	j, err := orchestrator.OpenJournal(filepath.Join(b.TempDir(), "journal.db"), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: j.Epoch() * 1_000_000_000})
+	eng := orchestrator.NewEngine(j, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.Options{Log: log})
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(eng))
+	lis, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	b.Cleanup(func() {
+		cancel()
+		eng.Close()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		caller.Close()
+		_ = stateConn.Close()
+		bus.Close()
+		if err := j.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return orchestratorv1.NewOrchestratorServiceClient(dial(b, lis.Addr().String()))
+}
+
+// dial returns one plain client connection, the same for the orchestrator
+// and the echo server, so the comparison is of the servers.
+func dial(b *testing.B, addr string) *grpc.ClientConn {
+	b.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return conn
+}

@@ -1,0 +1,36 @@
+// Package benchmark measures OrchestratorService.Dispatch against a bare
+// grpc-go echo server on one machine, in one run (issue: at least 40% of
+// the echo server's throughput, a dispatch being two gRPC hops plus
+// journal writes).
+//
+// BenchmarkDispatch calls Dispatch (a new workflow per call, workflow_id
+// empty) on the orchestrator wired as cmd/orchestrator wires it:
+// grpcserver in dev mode (the standard chain) serving
+// orchestrator.NewServer over an Engine with a bbolt journal in a temp
+// directory, lifecycle bus, the AuditInterceptor and BudgetInterceptor
+// on its gRPC client to agents, and a state client to an in-process
+// StateService (state.NewMemory; the trivial operator declares no
+// effects, so it is never called). The registry has one agent, on a
+// trivial operator: layer0.operator.v1.OperatorService on a bare
+// grpc.NewServer whose Execute returns at once with EXIT_KIND_COMPLETE and
+// the request's message, no model and no effects. Every log line is
+// formatted as in the binary (JSON, info) and written to io.Discard.
+//
+// BenchmarkEcho is the baseline: that same trivial OperatorService (the
+// echo: Execute returning the request's message) on a bare grpc.NewServer
+// with no interceptors, called directly. No new proto is involved. A
+// dispatch is, on top of one echo, one more gRPC hop through the full
+// server chain and four journal commits (create, begin step, finish
+// step, end), each fsynced.
+//
+// Both run at concurrency 1 and 64 (explicit goroutines sharing one
+// client connection) and report throughput (dispatches/s or calls/s),
+// p50 and p99 latency in µs, and CPU µs per call of the whole process
+// (getrusage: client, servers and journal together). The journal's cost
+// per step alone is BenchmarkJournalStep in package orchestrator.
+//
+// It holds only benchmarks, never part of `make test`:
+//
+//	go test -run '^$' -bench . ./services/orchestrator/benchmark
+//	scripts/bench-orchestrator.sh   # both packages, plus the table of ratios
+package benchmark
