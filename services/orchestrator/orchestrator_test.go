@@ -40,7 +40,9 @@ func TestDispatchManyKeepsOrderAndIsolatesFailures(t *testing.T) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	_, opAddr := startFake(t, map[string]behaviour{
-		"ok":  func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) { return done(in, "ok: "+content.TextOf(in.GetMessage()), "0.001"), nil },
+		"ok": func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			return done(in, "ok: "+content.TextOf(in.GetMessage()), "0.001"), nil
+		},
 		"bad": failWith(codes.FailedPrecondition, errs.ReasonNonRetryable, "the model refused"),
 	})
 	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "ok", "bad")...), stateAddr, orchOptions{})

@@ -153,4 +153,3 @@ func (m *Middleware) storeAfter(ctx context.Context, c storeCall, resp any) erro
 	}
 	return nil
 }
-
