@@ -79,6 +79,9 @@ type Engine struct {
 type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+	// again asks the goroutine to run the workflow once more before it
+	// exits: a signal resumed it while the previous run was ending.
+	again bool
 }
 
 // Cancellation causes, which decide the status a stopped workflow gets.
@@ -234,7 +237,11 @@ func (e *Engine) Start(ctx context.Context, req startRequest) (rec *record, exis
 func (e *Engine) launch(rec *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.runs[rec.ID]; ok || e.base.Err() != nil {
+	if r, ok := e.runs[rec.ID]; ok {
+		r.again = true
+		return
+	}
+	if e.base.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithCancelCause(e.base)
@@ -251,10 +258,18 @@ func (e *Engine) launch(rec *record) {
 		defer close(r.done)
 		defer stopDeadline()
 		defer cancel(nil)
-		e.execute(ctx, rec.ID)
-		e.mu.Lock()
-		delete(e.runs, rec.ID)
-		e.mu.Unlock()
+		for {
+			e.execute(ctx, rec.ID)
+			e.mu.Lock()
+			if r.again && ctx.Err() == nil {
+				r.again = false
+				e.mu.Unlock()
+				continue
+			}
+			delete(e.runs, rec.ID)
+			e.mu.Unlock()
+			return
+		}
 	}()
 }
 

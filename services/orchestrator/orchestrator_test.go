@@ -479,3 +479,66 @@ func TestRequestErrors(t *testing.T) {
 		t.Errorf("failed workflows: %v %v", page, err)
 	}
 }
+
+func TestSuspendAndResumeBySignals(t *testing.T) {
+	ctx := ctxT(t)
+	stateAddr, _, _ := startState(t)
+	fake, opAddr := startFake(t, map[string]behaviour{
+		"approver": func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			for _, s := range in.GetMetadata().GetFields()["signals"].GetListValue().GetValues() {
+				if s.GetStructValue().GetFields()["signal_type"].GetStringValue() == "approve" {
+					return done(in, "approved", "0"), nil
+				}
+			}
+			return &operatorv1.OperatorOutput{
+				Message: content.Text("waiting for approval"),
+				ExitReason: &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_SUSPENDED,
+					Suspension: &operatorv1.Suspension{ResumeToken: "tok-1", Prompt: "approve?"}},
+				Metadata: &operatorv1.OperatorMetadata{Cost: money.FromDecimal(decimal.Zero)},
+			}, nil
+		},
+	})
+	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "approver")...), stateAddr, orchOptions{})
+	if _, err := o.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{WorkflowId: "s1", AgentId: "approver", Input: userInput("deploy?", "")}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, "s1", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED)
+	sig := func(typ, key string) *orchestratorv1.SignalResponse {
+		r, err := o.client.Signal(ctx, &orchestratorv1.SignalRequest{WorkflowId: "s1", IdempotencyKey: key,
+			Signal: &typesv1.SignalPayload{SignalType: typ, Data: structpb.NewStringValue(typ + "-data")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := sig("comment", "k1"); r.GetSequence() != 1 || r.GetDuplicate() {
+		t.Errorf("first signal = %v", r)
+	}
+	if r := sig("comment", "k1"); r.GetSequence() != 1 || !r.GetDuplicate() {
+		t.Errorf("repeated key = %v, want sequence 1 duplicate", r)
+	}
+	waitStatus(t, o, "s1", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED)
+	for len(fake.inputs("approver")) < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	sig("approve", "k2")
+	wf := waitStatus(t, o, "s1", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	if got := content.TextOf(wf.GetLastOutput().GetMessage()); got != "approved" {
+		t.Errorf("final output %q", got)
+	}
+	var seqs []float64
+	for i, in := range fake.inputs("approver") {
+		if i > 0 && (in.GetResume().GetResumeToken() != "tok-1" || in.GetTrigger() != operatorv1.TriggerType_TRIGGER_TYPE_SIGNAL) {
+			t.Errorf("call %d: resume %v trigger %v, want the suspension's token and SIGNAL", i, in.GetResume(), in.GetTrigger())
+		}
+		for _, s := range in.GetMetadata().GetFields()["signals"].GetListValue().GetValues() {
+			seqs = append(seqs, s.GetStructValue().GetFields()["sequence"].GetNumberValue())
+		}
+	}
+	if len(seqs) != 2 || seqs[0] != 1 || seqs[1] != 2 {
+		t.Errorf("signals delivered %v, want [1 2] once each in order", seqs)
+	}
+	if in := fake.inputs("approver"); len(in) == 3 && in[2].GetResume().GetDecision().GetStringValue() != "approve-data" {
+		t.Errorf("decision = %v, want the signal's data", in[2].GetResume().GetDecision())
+	}
+}

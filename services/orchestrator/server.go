@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -73,7 +74,7 @@ func (s *Server) dispatch(ctx context.Context, req *orchestratorv1.DispatchReque
 	id := rec.ID
 	rec, err = s.e.Wait(ctx, id)
 	if err != nil {
-		if ctx.Err() != nil && !existed {
+		if errors.Is(ctx.Err(), context.Canceled) && !existed {
 			// The caller gave up: its workflow stops with it.
 			s.e.mu.Lock()
 			if r := s.e.runs[id]; r != nil {
