@@ -7,7 +7,7 @@
 // empty) on the orchestrator wired as cmd/orchestrator wires it:
 // grpcserver in dev mode (the standard chain) serving
 // orchestrator.NewServer over an Engine with a bbolt journal in a temp
-// directory, lifecycle bus, the AuditInterceptor and BudgetInterceptor
+// directory, a lifecycle bus, the AuditInterceptor and BudgetInterceptor
 // on its gRPC client to agents, and a state client to an in-process
 // StateService (state.NewMemory; the trivial operator declares no
 // effects, so it is never called). The registry has one agent, on a
