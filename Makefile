@@ -56,7 +56,7 @@ run: build ## Bring the system up locally (placeholder until every service exist
 
 .PHONY: bench
 bench: ## Run the benchmarks (never part of make test), then the StateService, operator and orchestrator tables (scripts/bench-*.sh).
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark)
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$)
 	bash scripts/bench-state.sh
 	bash scripts/bench-operator.sh
 	bash scripts/bench-orchestrator.sh
