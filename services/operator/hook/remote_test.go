@@ -2,9 +2,9 @@ package hook
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +133,7 @@ func TestRemoteDecisions(t *testing.T) {
 				<-ctx.Done()
 				return nil, ctx.Err()
 			},
-			want:    Decision{Kind: kContinue},
+			want: Decision{Kind: kContinue},
 			// The description depends on which side saw the deadline first
 			// ("context deadline exceeded" or a stream reset); the code does not.
 			wantErr: `remote hook "policy": OnHook: rpc error: code = DeadlineExceeded desc = `},
