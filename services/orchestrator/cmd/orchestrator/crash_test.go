@@ -5,8 +5,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +28,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -51,7 +55,7 @@ import (
 // it again, with the same journaled input. Set NEURON_CRASH_SEED to
 // replay the timings of a logged run.
 const (
-	crashWorkflows = 8                      // planner workflows of TestCrashRecovery
+	crashWorkflows = 8                      // planner workflows of TestCrashRecovery, a multiple of crashRounds
 	crashRounds    = 4                      // SIGKILLs; the orchestrator is started crashRounds+1 times
 	minKillDelay   = 30 * time.Millisecond  // kill this long after the restarted binary is SERVING...
 	maxKillDelay   = 250 * time.Millisecond // ...at most this long
@@ -59,7 +63,7 @@ const (
 	maxOpDelay     = 40 * time.Millisecond  // ...at most this long, to widen the kill windows
 	crashBudget    = 60 * time.Second       // hard bound on a whole test after the build
 	rpcTimeout     = 5 * time.Second
-	pollInterval   = 20 * time.Millisecond
+	pollInterval   = 5 * time.Millisecond
 	opCost         = "0.001" // USD, the cost of every fake operator call
 )
 
@@ -92,21 +96,27 @@ func TestCrashRecovery(t *testing.T) {
 		if r == crashRounds {
 			break
 		}
-		// Every run gets fresh workflows on top of those it resumes, so
-		// that each kill finds work in flight.
-		for i := r; i < crashWorkflows; i += crashRounds {
+		// Every run gets fresh workflows on top of those it resumes,
+		// started at random moments before the kill, so that kills land
+		// in every phase of a workflow.
+		delay := minKillDelay + time.Duration(rng.Int64N(int64(maxKillDelay-minKillDelay)+1))
+		var offsets []time.Duration
+		for range crashWorkflows / crashRounds {
+			offsets = append(offsets, time.Duration(rng.Int64N(int64(delay))))
+		}
+		slices.Sort(offsets)
+		for j, off := range offsets {
+			sleepCtx(ctx, time.Until(up.Add(off)))
+			i := r + j*crashRounds
 			h.startWorkflow(ctx, ids[i], "planner", fmt.Sprintf("write a report on topic %d", i))
 		}
-		delay := minKillDelay + time.Duration(rng.Int64N(int64(maxKillDelay-minKillDelay)+1))
 		sleepCtx(ctx, time.Until(up.Add(delay)))
 		inFlight, calls := h.op.stats()
 		h.kill(p)
 		t.Logf("round %d: SIGKILL %v after SERVING, %d operator calls in flight, %d made so far",
 			r, delay.Round(time.Millisecond), inFlight, calls)
 	}
-	if n := p.resumed(); n >= 0 {
-		t.Logf("the last run resumed %d unfinished workflows", n)
-	}
+	t.Logf("the last run resumed %d unfinished workflows", p.resumed())
 
 	for _, id := range ids {
 		h.waitStatus(ctx, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
@@ -124,7 +134,7 @@ func TestCrashRecovery(t *testing.T) {
 	if extra > h.kills*len(ids) {
 		t.Errorf("%d operator calls repeated after %d kills of %d workflows: more than one per kill and workflow", extra, h.kills, len(ids))
 	}
-	h.checkNoOtherState(ids)
+	h.checkStateWrites(ids)
 	p.terminate(t)
 }
 
@@ -170,45 +180,59 @@ func TestSignalsAcrossCrash(t *testing.T) {
 		t.Helper()
 		send(fmt.Sprintf("sig-%d", i), "tick", map[string]any{"i": i}, uint64(i), dup)
 	}
-	// Short random gaps: some signals reach the listener alone, some
-	// together, some while it is being called.
-	gap := func() { sleepCtx(ctx, time.Duration(rng.Int64N(int64(15*time.Millisecond)))) }
+	// pace waits before signal i: not at all (it joins the signals
+	// pending for the next call), a short random gap (it may arrive
+	// while the listener is being called), or until the listener has
+	// caught up and the workflow is SUSPENDED (the signal resumes it;
+	// forced for the first signal before and after the restart).
+	paces := map[string]int{}
+	pace := func(i int) {
+		switch r := rng.IntN(3); {
+		case r == 0 || i == 1 || i == signals/2+1:
+			h.waitStatus(ctx, id, suspended)
+			paces["after suspension"]++
+		case r == 1:
+			sleepCtx(ctx, time.Duration(rng.Int64N(int64(15*time.Millisecond))))
+			paces["after a gap"]++
+		default:
+			paces["at once"]++
+		}
+	}
 
 	dups := 0
 	for i := 1; i <= signals/2; i++ {
+		pace(i)
 		tick(i, false)
 		if rng.IntN(3) == 0 || i == 2 {
 			tick(i, true) // a retry: same sequence, not delivered again
 			dups++
 		}
-		gap()
 	}
 	switch got := h.queryStatus(ctx, id); got {
 	case "RUNNING", "SUSPENDED":
 	default:
 		t.Errorf("Query status while signals are delivered: %q, want RUNNING or SUSPENDED", got)
 	}
-	gap()
+	sleepCtx(ctx, time.Duration(rng.Int64N(int64(maxOpDelay))))
 	inFlight, calls := h.op.stats()
 	h.kill(p)
 	t.Logf("SIGKILL after signal %d, %d operator calls in flight, %d made so far", signals/2, inFlight, calls)
 
 	p = h.start(ctx)
-	if n := p.resumed(); n >= 0 {
-		t.Logf("the restarted binary resumed %d unfinished workflows", n)
-	}
+	t.Logf("the restarted binary resumed %d unfinished workflows", p.resumed())
 	tick(signals/2, true) // the key survived the crash
 	dups++
 	for i := signals/2 + 1; i <= signals; i++ {
+		pace(i)
 		tick(i, false)
 		if rng.IntN(3) == 0 || i == signals/2+2 {
 			tick(i, true)
 			dups++
 		}
-		gap()
 	}
+	pace(signals + 1)
 	send("sig-done", "done", nil, signals+1, false)
-	t.Logf("%d signals sent, %d of them twice", signals+1, dups)
+	t.Logf("%d signals sent (%v), %d of them twice", signals+1, paces, dups)
 
 	wf := h.waitStatus(ctx, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
 	if got := h.queryStatus(ctx, id); got != "COMPLETED" {
@@ -216,12 +240,15 @@ func TestSignalsAcrossCrash(t *testing.T) {
 	}
 
 	// What the listener saw: the last call of each step (an earlier one
-	// was in flight at the kill and had the same input).
+	// was in flight at the kill; checkCalls checked it had the same input).
 	last := map[uint64]*opCall{}
 	for _, c := range h.checkCalls()[id] {
 		last[c.step] = c
 	}
-	steps := slices.Sorted(mapsKeys(last))
+	steps := slices.Sorted(maps.Keys(last))
+	if len(steps) == 0 {
+		t.Fatal("the listener was never called")
+	}
 	var got []uint64
 	for i, n := range steps {
 		if n != uint64(i+1) {
@@ -229,11 +256,11 @@ func TestSignalsAcrossCrash(t *testing.T) {
 		}
 		for _, s := range last[n].signals {
 			got = append(got, s.seq)
-			wantType, wantData := "tick", fmt.Sprintf(`{"i":%d}`, s.seq)
+			wantType, wantData := "tick", structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"i": structpb.NewNumberValue(float64(s.seq))}})
 			if s.seq == signals+1 {
-				wantType, wantData = "done", "null"
+				wantType, wantData = "done", structpb.NewNullValue()
 			}
-			if s.typ != wantType || s.data != wantData {
+			if s.typ != wantType || !proto.Equal(s.data, wantData) {
 				t.Errorf("step %d: signal %d arrived as %s %s, want %s %s", n, s.seq, s.typ, s.data, wantType, wantData)
 			}
 		}
@@ -326,7 +353,7 @@ func TestSignalsAcrossCrash(t *testing.T) {
 			t.Errorf("%s of an unknown workflow: %v, want NotFound", name, err)
 		}
 	}
-	h.checkNoOtherState(nil)
+	h.checkStateWrites(nil)
 	p.terminate(t)
 }
 
@@ -340,16 +367,6 @@ func signalsByStep(last map[uint64]*opCall, steps []uint64) string {
 		fmt.Fprintf(&b, "%d:%v ", n, seqs)
 	}
 	return strings.TrimSpace(b.String())
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(yield func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // checkPlannerWorkflow checks one finished planner workflow through
@@ -392,12 +409,12 @@ func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map
 	}
 
 	// Every step's memory write was applied exactly once.
-	h.state.mu.Lock()
-	defer h.state.mu.Unlock()
 	sc := scope.Workflow(id)
 	for i, w := range plannerSteps {
 		dispatch := fmt.Sprintf("%s#%d", id, i+1)
-		writes := h.state.writes[memKey{scope.String(sc), w.key}]
+		h.state.mu.Lock()
+		writes := slices.Clone(h.state.writes[memKey{scope.String(sc), w.key}])
+		h.state.mu.Unlock()
 		var applied []stateWrite
 		for _, wr := range writes {
 			if wr.code == codes.OK && !wr.replayed {
@@ -454,10 +471,14 @@ func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map
 	return n
 }
 
-// checkNoOtherState checks that every Write the State service received
-// went to one of the planner workflows in ids, and that nothing was
-// deleted.
-func (h *harness) checkNoOtherState(ids []string) {
+// checkStateWrites checks that every Write the State service received
+// went to one of the planner workflows in ids, that nothing was deleted,
+// and that of the writes one run made for one workflow only the first
+// was a replay (of an effect applied, but not journaled, before the
+// previous kill): a run journals an effect's outcome before it applies
+// the next, and a replay does not apply an effect whose outcome is
+// journaled.
+func (h *harness) checkStateWrites(ids []string) {
 	h.t.Helper()
 	h.state.mu.Lock()
 	defer h.state.mu.Unlock()
@@ -475,13 +496,31 @@ func (h *harness) checkNoOtherState(ids []string) {
 	if h.state.deletes > 0 {
 		h.t.Errorf("%d unexpected State deletes", h.state.deletes)
 	}
+	type runOf struct {
+		workflow string
+		conn     int64
+	}
+	seen := map[runOf]bool{}
+	for _, w := range h.state.log {
+		k := runOf{w.workflow, w.conn}
+		if seen[k] && w.replayed {
+			h.t.Errorf("%s %q: written again over connection %d (a replay of an effect already applied), after other writes of that run", w.workflow, w.key, w.conn)
+		}
+		seen[k] = true
+	}
 }
 
 // checkCalls checks every call the fake operator received and returns
-// them by workflow. Calls with the same dispatch id (one step) were made
-// by different runs of the orchestrator, in order, with the same input:
-// a run never calls a step twice, and a step is called again only
-// because the run that called it was killed.
+// them by workflow:
+//   - calls of one step (dispatch id) came over different connections,
+//     so from different runs of the orchestrator, with the same input:
+//     a run never calls a step twice, and a step is called again only
+//     with the input journaled for it;
+//   - of the steps one run called for one workflow, only the first (in
+//     flight at, or not journaled before, the previous kill) and the last
+//     (in flight at the next kill) were called by another run: a run
+//     journals a step's result before it calls the next, and a replay
+//     does not call a step whose result is journaled.
 func (h *harness) checkCalls() map[string][]*opCall {
 	t := h.t
 	t.Helper()
@@ -500,15 +539,42 @@ func (h *harness) checkCalls() map[string][]*opCall {
 		}
 	}
 	for id, cs := range byDispatch {
-		for i := 1; i < len(cs); i++ {
-			prev, cur := cs[i-1], cs[i]
-			if a, b := h.run(prev.at), h.run(cur.at); b <= a {
-				t.Errorf("%s: called again by run %d of the orchestrator, which already called it (run %d)", id, b, a)
+		if len(cs) > len(h.procs) {
+			t.Errorf("%s: called %d times by %d runs of the orchestrator", id, len(cs), len(h.procs))
+		}
+		conns := map[int64]bool{}
+		for i, c := range cs {
+			if conns[c.conn] {
+				t.Errorf("%s: called twice over connection %d: one run of the orchestrator called it twice", id, c.conn)
 			}
-			if !proto.Equal(prev.input, cur.input) {
-				t.Errorf("%s: called again with another input:\n%v\nthen\n%v", id, prev.input, cur.input)
+			conns[c.conn] = true
+			if i > 0 && !proto.Equal(cs[0].input, c.input) {
+				t.Errorf("%s: called again with another input:\n%v\nthen\n%v", id, cs[0].input, c.input)
 			}
 		}
+	}
+	type runOf struct {
+		workflow string
+		conn     int64
+	}
+	byRun := map[runOf][]*opCall{}
+	for _, c := range h.op.calls {
+		k := runOf{c.workflowID, c.conn}
+		byRun[k] = append(byRun[k], c)
+	}
+	for k, cs := range byRun {
+		for i, c := range cs {
+			if i > 0 && c.step <= cs[i-1].step {
+				t.Errorf("%s: over connection %d, step %d was called after step %d", k.workflow, k.conn, c.step, cs[i-1].step)
+			}
+			if i > 0 && i < len(cs)-1 && len(byDispatch[c.dispatchID]) > 1 {
+				t.Errorf("%s: called by %d runs of the orchestrator; the run that called it over connection %d went on to later steps, so it had journaled its result",
+					c.dispatchID, len(byDispatch[c.dispatchID]), k.conn)
+			}
+		}
+	}
+	if n := h.op.conns.n.Load(); n > int64(len(h.procs)) {
+		t.Logf("%d connections to the operator from %d runs: some run reconnected", n, len(h.procs))
 	}
 	return out
 }
@@ -538,9 +604,11 @@ func newHarness(t *testing.T, seed uint64) *harness {
 	dir := t.TempDir()
 	h := &harness{t: t, bin: buildOrchestrator(t), dataDir: filepath.Join(dir, "data"), logDir: dir, addr: freeAddr(t)}
 	h.state = &countingState{StateServiceServer: state.NewServer(state.NewMemory()), writes: map[memKey][]stateWrite{}}
-	h.stateAddr = serveInProcess(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) })
+	h.stateAddr = serveInProcess(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) },
+		grpcserver.WithServerOptions(grpc.StatsHandler(&h.state.conns)))
 	h.op = &fakeOperator{rng: rand.New(rand.NewPCG(seed, 0x0be))}
-	opAddr := serveInProcess(t, "operator", func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, h.op) })
+	opAddr := serveInProcess(t, "operator", func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, h.op) },
+		grpcserver.WithServerOptions(grpc.StatsHandler(&h.op.conns)))
 
 	h.agents = filepath.Join(dir, "agents.yaml")
 	registry := fmt.Sprintf(`# The fake operator of %s serves every agent.
@@ -581,9 +649,9 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 // serveInProcess serves one dev-mode gRPC server until the test ends and
 // returns its address.
-func serveInProcess(t *testing.T, name string, register func(*grpcserver.Server)) string {
+func serveInProcess(t *testing.T, name string, register func(*grpcserver.Server), opts ...grpcserver.Option) string {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: name, Addr: "127.0.0.1:0", Dev: true}, nil)
+	srv, err := grpcserver.New(grpcserver.Config{Name: name, Addr: "127.0.0.1:0", Dev: true}, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,13 +682,15 @@ func (h *harness) start(ctx context.Context) *orchProc {
 		t.Fatal(err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.CommandContext(ctx, h.bin, "--dev", "--addr", h.addr, "--agents", h.agents, "--state-addr", h.stateAddr,
+	// Not bound to ctx: a test that ran out of time still asks the
+	// process what is stuck. Cleanup kills it.
+	cmd := exec.Command(h.bin, "--dev", "--addr", h.addr, "--agents", h.agents, "--state-addr", h.stateAddr,
 		"--data-dir", h.dataDir, "--log-format", "json", "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// No NEURON_ORCHESTRATOR_* from the caller's environment: flags are the whole config.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
 	cmd.WaitDelay = time.Second
-	p := &orchProc{cmd: cmd, logPath: logPath, exited: make(chan struct{}), started: time.Now()}
+	p := &orchProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -639,20 +709,6 @@ func (h *harness) start(ctx context.Context) *orchProc {
 	})
 	h.waitServing(ctx, p)
 	return p
-}
-
-// run returns which run of the binary (0 for the first) made a call that
-// reached the fake operator at time at: the last one started before it.
-// A new run starts after the previous one is dead, so the calls of one
-// run all fall between its start and the next one's.
-func (h *harness) run(at time.Time) int {
-	n := -1
-	for i, p := range h.procs {
-		if !p.started.After(at) {
-			n = i
-		}
-	}
-	return n
 }
 
 func (h *harness) kill(p *orchProc) {
@@ -718,15 +774,20 @@ func (h *harness) startWorkflow(ctx context.Context, id, agent, text string) {
 
 func (h *harness) getWorkflow(ctx context.Context, id string) *orchestratorv1.Workflow {
 	h.t.Helper()
+	wf, err := h.tryGetWorkflow(ctx, id)
+	if err != nil {
+		h.t.Fatalf("GetWorkflow %s: %v", id, err)
+	}
+	return wf
+}
+
+func (h *harness) tryGetWorkflow(ctx context.Context, id string) (*orchestratorv1.Workflow, error) {
 	var resp *orchestratorv1.GetWorkflowResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = h.client.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: id})
 		return err
 	})
-	if err != nil {
-		h.t.Fatalf("GetWorkflow %s: %v", id, err)
-	}
-	return resp.GetWorkflow()
+	return resp.GetWorkflow(), err
 }
 
 // waitStatus polls GetWorkflow until the workflow has status want. A
@@ -735,7 +796,19 @@ func (h *harness) waitStatus(ctx context.Context, id string, want orchestratorv1
 	t := h.t
 	t.Helper()
 	for {
-		wf := h.getWorkflow(ctx, id)
+		wf, err := h.tryGetWorkflow(ctx, id)
+		// (A call may hit ctx's deadline a moment before ctx reports it.)
+		if ctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded {
+			last, cancel := context.WithTimeout(context.Background(), 2*rpcTimeout)
+			defer cancel()
+			wf = h.getWorkflow(last, id)
+			steps, _ := h.query(last, id, "steps").MarshalJSON()
+			t.Fatalf("workflow %s still %v after %d steps (%d pending signals) when the test's time ran out, want %v; steps: %s",
+				id, wf.GetStatus(), wf.GetSteps(), wf.GetPendingSignals(), want, steps)
+		}
+		if err != nil {
+			t.Fatalf("GetWorkflow %s: %v", id, err)
+		}
 		switch wf.GetStatus() {
 		case want:
 			return wf
@@ -743,21 +816,12 @@ func (h *harness) waitStatus(ctx context.Context, id string, want orchestratorv1
 			orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED:
 			t.Fatalf("workflow %s ended %v (failure: %v), want %v", id, wf.GetStatus(), wf.GetFailure(), want)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("workflow %s still %v after %d steps (%d pending signals) when the test's time ran out, want %v; steps: %v",
-				id, wf.GetStatus(), wf.GetSteps(), wf.GetPendingSignals(), want, h.query(context.Background(), id, "steps"))
-		}
 		sleepCtx(ctx, pollInterval)
 	}
 }
 
 func (h *harness) query(ctx context.Context, id, typ string) *structpb.Value {
 	h.t.Helper()
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), rpcTimeout)
-		defer cancel()
-	}
 	var resp *orchestratorv1.QueryResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = h.client.Query(ctx, &orchestratorv1.QueryRequest{WorkflowId: id, QueryType: typ})
@@ -801,14 +865,19 @@ func listKeys(ctx context.Context, t *testing.T, client statev1.StateServiceClie
 // idempotency key.
 type countingState struct {
 	statev1.StateServiceServer
+	conns   connTagger
 	mu      sync.Mutex
-	writes  map[memKey][]stateWrite
+	writes  map[memKey][]stateWrite // by key
+	log     []stateWrite            // in order
 	deletes int
 }
 
 type memKey struct{ scope, key string }
 
 type stateWrite struct {
+	workflow string // of the scope, if a workflow scope
+	key      string
+	conn     int64
 	idem     string
 	code     codes.Code
 	rev      uint64
@@ -820,7 +889,10 @@ func (s *countingState) Write(ctx context.Context, req *statev1.WriteRequest) (*
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := memKey{scope.String(req.GetScope()), req.GetKey()}
-	s.writes[k] = append(s.writes[k], stateWrite{idem: req.GetIdempotencyKey(), code: errs.Code(err), rev: resp.GetRevision(), replayed: resp.GetReplayed()})
+	w := stateWrite{workflow: req.GetScope().GetWorkflow().GetWorkflowId(), key: req.GetKey(), conn: connOf(ctx),
+		idem: req.GetIdempotencyKey(), code: errs.Code(err), rev: resp.GetRevision(), replayed: resp.GetReplayed()}
+	s.writes[k] = append(s.writes[k], w)
+	s.log = append(s.log, w)
 	return resp, err
 }
 
@@ -835,6 +907,7 @@ func (s *countingState) Delete(ctx context.Context, req *statev1.DeleteRequest) 
 // logs every call.
 type fakeOperator struct {
 	operatorv1.UnimplementedOperatorServiceServer
+	conns    connTagger
 	mu       sync.Mutex
 	rng      *rand.Rand
 	calls    []*opCall
@@ -846,14 +919,40 @@ type fakeOperator struct {
 type opCall struct {
 	dispatchID, workflowID, agent string
 	step                          uint64 // from the dispatch id
+	conn                          int64  // the connection it came over
 	input                         *operatorv1.OperatorInput
 	signals                       []seenSignal // from input.metadata["signals"]
-	at                            time.Time
 }
 
+// connTagger is a stats.Handler that numbers a server's connections. A
+// run of the orchestrator keeps one connection to each service, so calls
+// that came over different connections came from different runs; their
+// arrival times cannot tell (a call sent just before a SIGKILL may be
+// read after the next run has started).
+type connTagger struct{ n atomic.Int64 }
+
+type connKey struct{}
+
+// connOf returns the number of the connection a call came over.
+func connOf(ctx context.Context) int64 {
+	n, _ := ctx.Value(connKey{}).(int64)
+	return n
+}
+
+func (c *connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, c.n.Add(1))
+}
+
+func (c *connTagger) HandleConn(context.Context, stats.ConnStats) {}
+
+func (c *connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (c *connTagger) HandleRPC(context.Context, stats.RPCStats) {}
+
 type seenSignal struct {
-	seq       uint64
-	typ, data string // data as JSON
+	seq  uint64
+	typ  string
+	data *structpb.Value
 }
 
 func (f *fakeOperator) stats() (inFlight, calls int) {
@@ -865,7 +964,7 @@ func (f *fakeOperator) stats() (inFlight, calls int) {
 func (f *fakeOperator) Execute(ctx context.Context, req *operatorv1.ExecuteRequest) (*operatorv1.ExecuteResponse, error) {
 	in := req.GetInput()
 	d := in.GetDispatch()
-	c := &opCall{dispatchID: d.GetDispatchId(), workflowID: d.GetWorkflowId(), agent: d.GetAgentId(), input: in, at: time.Now()}
+	c := &opCall{dispatchID: d.GetDispatchId(), workflowID: d.GetWorkflowId(), agent: d.GetAgentId(), input: in, conn: connOf(ctx)}
 	_, n, _ := strings.Cut(c.dispatchID, "#")
 	c.step, _ = strconv.ParseUint(n, 10, 64)
 	sigs, serr := signalsOf(in)
@@ -909,27 +1008,13 @@ func signalsOf(in *operatorv1.OperatorInput) ([]seenSignal, error) {
 	var out []seenSignal
 	for _, v := range in.GetMetadata().GetFields()["signals"].GetListValue().GetValues() {
 		f := v.GetStructValue().GetFields()
-		data, err := f["data"].MarshalJSON()
-		if f["data"] == nil || err != nil {
-			return nil, fmt.Errorf("signal %v: data missing or unreadable (%v)", v, err)
-		}
 		seq := f["sequence"].GetNumberValue()
-		if seq < 1 || seq != float64(uint64(seq)) {
-			return nil, fmt.Errorf("signal %v: bad sequence", v)
+		if seq < 1 || seq != float64(uint64(seq)) || f["data"] == nil {
+			return nil, fmt.Errorf("signal %v: bad sequence or no data", v)
 		}
-		out = append(out, seenSignal{seq: uint64(seq), typ: f["signal_type"].GetStringValue(), data: compactJSON(data)})
+		out = append(out, seenSignal{seq: uint64(seq), typ: f["signal_type"].GetStringValue(), data: f["data"]})
 	}
 	return out, nil
-}
-
-func compactJSON(b []byte) string {
-	v := &structpb.Value{}
-	if err := v.UnmarshalJSON(b); err != nil {
-		return string(b)
-	}
-	// Re-encoding through structpb does not guarantee compact spacing;
-	// strip spaces, which the test's data never contains in strings.
-	return strings.Join(strings.Fields(string(b)), "")
 }
 
 // behave is what each agent does with an input.
@@ -1009,7 +1094,6 @@ func behave(in *operatorv1.OperatorInput, sigs []seenSignal) (*operatorv1.Operat
 type orchProc struct {
 	cmd     *exec.Cmd
 	logPath string
-	started time.Time // just before the process was started
 	exited  chan struct{}
 	waitErr error
 }
@@ -1047,17 +1131,16 @@ func (p *orchProc) terminate(t *testing.T) {
 }
 
 // resumed returns how many workflows the run resumed at start, from its
-// log, or -1 if it does not say.
+// log (which says nothing when there were none).
 func (p *orchProc) resumed() int {
 	b, _ := os.ReadFile(p.logPath)
 	for line := range strings.Lines(string(b)) {
-		if strings.Contains(line, "resumed unfinished workflows") {
-			if _, after, ok := strings.Cut(line, `"count":`); ok {
-				n, err := strconv.Atoi(strings.TrimRight(strings.TrimSpace(after), "}"))
-				if err == nil {
-					return n
-				}
-			}
+		var rec struct {
+			Msg   string `json:"msg"`
+			Count int    `json:"count"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "resumed unfinished workflows" {
+			return rec.Count
 		}
 	}
 	return 0
