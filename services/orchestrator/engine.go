@@ -24,11 +24,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxDepth       = 8
-	DefaultMaxSteps       = 256
-	DefaultWorkers        = 16
-	DefaultWarnFraction   = "0.8"
-	DefaultEffectAttempts = 0 // retry transient effect failures until the workflow ends
+	DefaultMaxDepth     = 8
+	DefaultMaxSteps     = 256
+	DefaultWorkers      = 16
+	DefaultWarnFraction = "0.8"
 )
 
 // Options configure an Engine. Zero values take the defaults.
@@ -300,6 +299,16 @@ func (e *Engine) Wait(ctx context.Context, id string) (*record, error) {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
+	}
+}
+
+// abandon stops a workflow whose Dispatch caller cancelled; it ends
+// CANCELED.
+func (e *Engine) abandon(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.runs[id]; r != nil {
+		r.cancel(errCallerLeft)
 	}
 }
 

@@ -237,6 +237,32 @@ func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
 	return true, nil
 }
 
+// view runs fn on workflow id's bucket in a read transaction; an
+// unknown id is NotFound.
+func (j *Journal) view(id string, fn func(b *bolt.Bucket) error) error {
+	return j.db.View(func(tx *bolt.Tx) error {
+		b := wfBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		return fn(b)
+	})
+}
+
+// scan decodes every entry of b whose key starts with prefix, in key
+// order, passing the key without its prefix.
+func scan[T any](b *bolt.Bucket, prefix byte, fn func(key []byte, v *T)) error {
+	c := b.Cursor()
+	for k, v := c.Seek([]byte{prefix}); k != nil && k[0] == prefix; k, v = c.Next() {
+		var rec T
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("journal entry %q is corrupt: %w", k, err)
+		}
+		fn(k[1:], &rec)
+	}
+	return nil
+}
+
 func putJSON(b *bolt.Bucket, key []byte, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
@@ -287,12 +313,7 @@ func (j *Journal) Create(r *record) (existing *record, created bool, err error) 
 // Get returns a workflow's record, or NotFound.
 func (j *Journal) Get(id string) (*record, error) {
 	var r *record
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		var err error
+	err := j.view(id, func(b *bolt.Bucket) (err error) {
 		r, err = readRecord(b)
 		return err
 	})
@@ -331,11 +352,7 @@ var errNoChange = errors.New("no change")
 // Step returns step n, or nil when it was never begun.
 func (j *Journal) Step(id string, n uint64) (*stepRecord, error) {
 	var s *stepRecord
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
+	err := j.view(id, func(b *bolt.Bucket) error {
 		var st stepRecord
 		ok, err := getJSON(b, stepKey(n), &st)
 		if ok {
@@ -349,20 +366,8 @@ func (j *Journal) Step(id string, n uint64) (*stepRecord, error) {
 // Steps returns every step in order.
 func (j *Journal) Steps(id string) ([]*stepRecord, error) {
 	var out []*stepRecord
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		c := b.Cursor()
-		for k, v := c.Seek([]byte{prefixStep}); k != nil && k[0] == prefixStep; k, v = c.Next() {
-			var s stepRecord
-			if err := json.Unmarshal(v, &s); err != nil {
-				return fmt.Errorf("journal step is corrupt: %w", err)
-			}
-			out = append(out, &s)
-		}
-		return nil
+	err := j.view(id, func(b *bolt.Bucket) error {
+		return scan(b, prefixStep, func(_ []byte, s *stepRecord) { out = append(out, s) })
 	})
 	return out, err
 }
@@ -449,11 +454,7 @@ func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *
 // Effect returns an effect's recorded outcome, or nil.
 func (j *Journal) Effect(id, key string) (*effectRecord, error) {
 	var e *effectRecord
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
+	err := j.view(id, func(b *bolt.Bucket) error {
 		var rec effectRecord
 		ok, err := getJSON(b, append([]byte{prefixEffect}, key...), &rec)
 		if ok {
@@ -467,20 +468,8 @@ func (j *Journal) Effect(id, key string) (*effectRecord, error) {
 // Effects returns every recorded effect outcome by key.
 func (j *Journal) Effects(id string) (map[string]*effectRecord, error) {
 	out := map[string]*effectRecord{}
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		c := b.Cursor()
-		for k, v := c.Seek([]byte{prefixEffect}); k != nil && k[0] == prefixEffect; k, v = c.Next() {
-			var e effectRecord
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("journal effect is corrupt: %w", err)
-			}
-			out[string(k[1:])] = &e
-		}
-		return nil
+	err := j.view(id, func(b *bolt.Bucket) error {
+		return scan(b, prefixEffect, func(key []byte, e *effectRecord) { out[string(key)] = e })
 	})
 	return out, err
 }
@@ -498,36 +487,19 @@ func (j *Journal) RecordEffect(id, key string, e *effectRecord) error {
 
 func pendingSignals(b *bolt.Bucket) ([]*signalRecord, error) {
 	var out []*signalRecord
-	c := b.Cursor()
-	for k, v := c.Seek([]byte{prefixSignal}); k != nil && k[0] == prefixSignal; k, v = c.Next() {
-		var s signalRecord
-		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, fmt.Errorf("journal signal is corrupt: %w", err)
-		}
+	err := scan(b, prefixSignal, func(_ []byte, s *signalRecord) {
 		if s.Step == 0 {
-			out = append(out, &s)
+			out = append(out, s)
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // Signals returns every signal of a workflow in order.
 func (j *Journal) Signals(id string) ([]*signalRecord, error) {
 	var out []*signalRecord
-	err := j.db.View(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		c := b.Cursor()
-		for k, v := c.Seek([]byte{prefixSignal}); k != nil && k[0] == prefixSignal; k, v = c.Next() {
-			var s signalRecord
-			if err := json.Unmarshal(v, &s); err != nil {
-				return fmt.Errorf("journal signal is corrupt: %w", err)
-			}
-			out = append(out, &s)
-		}
-		return nil
+	err := j.view(id, func(b *bolt.Bucket) error {
+		return scan(b, prefixSignal, func(_ []byte, s *signalRecord) { out = append(out, s) })
 	})
 	return out, err
 }

@@ -1,12 +1,10 @@
 package orchestrator
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	"github.com/secbear/neuron/pkg/benchkit"
 	"github.com/secbear/neuron/pkg/content"
 )
 
@@ -80,66 +79,14 @@ func BenchmarkJournalStep(b *testing.B) {
 				})
 			}
 			tx0 := lastTx(b, j)
-			elapsed, lat := measureSteps(b, conc, step)
+			r := benchkit.Concurrent(b, conc, func(w, _ int) error { return step(w) })
 			commits := lastTx(b, j) - tx0
-			b.ReportMetric(micros(elapsed)/float64(b.N), "us/step")
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
-			b.ReportMetric(micros(percentile(lat, 0.50)), "p50-us")
-			b.ReportMetric(micros(percentile(lat, 0.99)), "p99-us")
+			b.ReportMetric(benchkit.Micros(r.Elapsed)/float64(b.N), "us/step")
+			r.Report(b, "steps/s")
 			b.ReportMetric(float64(commits)/float64(b.N), "commits/step")
-			b.ReportMetric(micros(fsync), "fsync-us")
+			b.ReportMetric(benchkit.Micros(fsync), "fsync-us")
 		})
 	}
-}
-
-// measureSteps runs step b.N times split over conc goroutines (goroutine
-// w steps workflow w) and returns the wall time and the sorted latencies.
-func measureSteps(b *testing.B, conc int, step func(w int) error) (time.Duration, []time.Duration) {
-	lat := make([][]time.Duration, conc)
-	for w := range conc {
-		n := b.N / conc
-		if w < b.N%conc {
-			n++
-		}
-		lat[w] = make([]time.Duration, n)
-	}
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		errMu sync.Mutex
-		first error
-	)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range lat[w] {
-				t0 := time.Now()
-				err := step(w)
-				lat[w][i] = time.Since(t0)
-				if err != nil {
-					errMu.Lock()
-					first = cmp.Or(first, err)
-					errMu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	if first != nil {
-		b.Fatal(first)
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	return elapsed, all
 }
 
 // lastTx is the id of the journal's last committed write transaction.
@@ -174,14 +121,3 @@ func fsyncFloor(b *testing.B) time.Duration {
 	slices.Sort(times)
 	return times[len(times)/2]
 }
-
-// percentile of sorted latencies, nearest rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

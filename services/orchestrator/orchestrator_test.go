@@ -542,3 +542,45 @@ func TestSuspendAndResumeBySignals(t *testing.T) {
 		t.Errorf("decision = %v, want the signal's data", in[2].GetResume().GetDecision())
 	}
 }
+
+func TestDispatchCallerDeadlineAndCancel(t *testing.T) {
+	ctx := ctxT(t)
+	stateAddr, _, _ := startState(t)
+	calls := make(chan struct{}, 4)
+	_, opAddr := startFake(t, map[string]behaviour{
+		"slow": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			calls <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	})
+	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "slow")...), stateAddr, orchOptions{})
+
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := o.client.Dispatch(dctx, &orchestratorv1.DispatchRequest{AgentId: "slow", WorkflowId: "late", Input: userInput("x", "")})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("past the caller's deadline: %v, want DEADLINE_EXCEEDED", err)
+	}
+	wf := waitStatus(t, o, "late", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED)
+	if codes.Code(wf.GetFailure().GetCode()) != codes.DeadlineExceeded || !strings.Contains(wf.GetFailure().GetMessage(), "deadline") {
+		t.Errorf("failure = %v, want DEADLINE_EXCEEDED", wf.GetFailure())
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := o.client.Dispatch(cctx, &orchestratorv1.DispatchRequest{AgentId: "slow", WorkflowId: "gone", Input: userInput("x", "")})
+		errc <- err
+	}()
+	<-calls // the first workflow's call
+	<-calls // this one's
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled by the caller: %v, want CANCELED", err)
+	}
+	wf = waitStatus(t, o, "gone", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED)
+	if !strings.Contains(wf.GetFailure().GetMessage(), "Dispatch caller cancelled") {
+		t.Errorf("failure = %v", wf.GetFailure())
+	}
+}

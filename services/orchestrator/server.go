@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 
 	"github.com/shopspring/decimal"
@@ -75,12 +74,8 @@ func (s *Server) dispatch(ctx context.Context, req *orchestratorv1.DispatchReque
 	rec, err = s.e.Wait(ctx, id)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) && !existed {
-			// The caller gave up: its workflow stops with it.
-			s.e.mu.Lock()
-			if r := s.e.runs[id]; r != nil {
-				r.cancel(errCallerLeft)
-			}
-			s.e.mu.Unlock()
+			s.e.abandon(id) // the caller gave up: its workflow stops with it
+
 		}
 		return nil, err
 	}
@@ -326,9 +321,6 @@ func (s *Server) signalsQuery(rec *record) (any, error) {
 		}
 		list = append(list, item)
 	}
-	sort.SliceStable(list, func(i, j int) bool {
-		return list[i].(map[string]any)["sequence"].(float64) < list[j].(map[string]any)["sequence"].(float64)
-	})
 	return list, nil
 }
 

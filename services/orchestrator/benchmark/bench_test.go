@@ -3,16 +3,12 @@
 package benchmark
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +18,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/benchkit"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -85,86 +82,12 @@ func BenchmarkEcho(b *testing.B) {
 
 func forEachConc(b *testing.B, unit string, call func() error) {
 	for _, conc := range concurrencies {
-		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) { measure(b, conc, unit, call) })
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			r := benchkit.Concurrent(b, conc, func(int, int) error { return call() })
+			r.Report(b, unit)
+			b.ReportMetric(benchkit.Micros(r.CPU)/float64(b.N), "cpu-us/op")
+		})
 	}
-}
-
-// measure runs call b.N times split over conc goroutines, timing each
-// call into a slice preallocated per goroutine, and reports throughput
-// (in unit), the 50th and 99th percentile latency and the process's CPU
-// time per call.
-func measure(b *testing.B, conc int, unit string, call func() error) {
-	lat := make([][]time.Duration, conc)
-	for w := range conc {
-		n := b.N / conc
-		if w < b.N%conc {
-			n++
-		}
-		lat[w] = make([]time.Duration, n)
-	}
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		errMu sync.Mutex
-		first error
-	)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			mine := lat[w]
-			for i := range mine {
-				t0 := time.Now()
-				err := call()
-				mine[i] = time.Since(t0)
-				if err != nil {
-					errMu.Lock()
-					first = cmp.Or(first, err)
-					errMu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime(b)
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	cpu := cpuTime(b) - cpu0
-	b.StopTimer()
-	if first != nil {
-		b.Fatal(first)
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
-	b.ReportMetric(micros(percentile(all, 0.50)), "p50-us")
-	b.ReportMetric(micros(percentile(all, 0.99)), "p99-us")
-	b.ReportMetric(micros(cpu)/float64(b.N), "cpu-us/op")
-}
-
-// percentile of sorted latencies, nearest rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// cpuTime is the user and system CPU time of this process.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // discardLogger formats JSON at info level as the binary does, to

@@ -3,16 +3,13 @@
 package benchmark
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/benchkit"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/middleware/audit"
@@ -134,70 +132,12 @@ func forEachConc(b *testing.B, target string, fn func(b *testing.B, conc int)) {
 	})
 }
 
-// measure runs op b.N times split over conc goroutines, timing each call
-// into a slice preallocated per goroutine, and reports throughput and the
-// 50th and 99th percentile latency.
+// measure runs op b.N times split over conc goroutines (call i of
+// goroutine w is op(w + i*conc)) and reports throughput and the 50th and
+// 99th percentile latency.
 func measure(b *testing.B, conc int, op func(i int) error) {
-	lat := make([][]time.Duration, conc)
-	for w := range conc {
-		n := b.N / conc
-		if w < b.N%conc {
-			n++
-		}
-		lat[w] = make([]time.Duration, n)
-	}
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		errMu sync.Mutex
-		first error
-	)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			mine := lat[w]
-			for i := range mine {
-				t0 := time.Now()
-				err := op(w + i*conc)
-				mine[i] = time.Since(t0)
-				if err != nil {
-					errMu.Lock()
-					first = cmp.Or(first, err)
-					errMu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	if first != nil {
-		b.Fatal(first)
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(micros(percentile(all, 0.50)), "p50-us")
-	b.ReportMetric(micros(percentile(all, 0.99)), "p99-us")
+	benchkit.Concurrent(b, conc, func(w, i int) error { return op(w + i*conc) }).Report(b, "ops/s")
 }
-
-// percentile of sorted latencies, nearest rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // benchValues are the values written, as messages and as the bytes raw
 // bbolt stores (the same proto encoding the service stores).
@@ -311,9 +251,9 @@ func settle(b *testing.B) {
 	const window = 200 * time.Millisecond
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		before := cpuTime(b)
+		before := benchkit.CPUTime(b)
 		time.Sleep(window)
-		busy := cpuTime(b) - before
+		busy := benchkit.CPUTime(b) - before
 		if busy < window/10 {
 			return
 		}
@@ -322,15 +262,6 @@ func settle(b *testing.B) {
 			return
 		}
 	}
-}
-
-// cpuTime is the user and system CPU time of this process.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 var rawBucket = []byte("kv")
