@@ -22,6 +22,7 @@ type Result struct {
 	Signal                 string
 	TimedOut               bool
 	Duration               time.Duration
+	Cgroup                 *CgroupStats
 }
 
 // Main does nothing on this platform.
@@ -35,4 +36,9 @@ func Supported() error {
 // Run always fails on this platform: the sandbox needs Linux.
 func Run(ctx context.Context, p Policy, argv []string, stdin io.Reader) (*Result, error) {
 	return nil, Supported()
+}
+
+// CgroupSupported always fails on this platform: cgroups need Linux.
+func CgroupSupported() error {
+	return fmt.Errorf("%w: cgroups need Linux", ErrUnsupported)
 }

@@ -68,6 +68,11 @@ type Policy struct {
 	// Namespaces puts the child in new Linux namespaces.
 	Namespaces Namespaces
 
+	// Cgroup, when set, puts the whole process tree in a fresh control
+	// group with these limits (see Cgroup). Run fails with an error
+	// wrapping ErrUnsupported when no cgroup can be created here.
+	Cgroup *Cgroup
+
 	// AllowUnconfined lets Run go ahead without Landlock when the kernel
 	// does not support it at all; the other protections (environment,
 	// limits, capabilities, timeout, namespaces) still apply, but
@@ -109,6 +114,45 @@ type Limits struct {
 // space and processes unlimited (the wall-clock timeout bounds a run).
 func DefaultLimits() Limits {
 	return Limits{OpenFiles: 1024, FileSizeBytes: 1 << 30}
+}
+
+// Cgroup limits bound the whole process tree of a run, which setrlimit
+// cannot: RLIMIT_AS is per process and RLIMIT_NPROC per user (and
+// ignored for root). With Policy.Cgroup set, Run creates a fresh control
+// group for the run, below the caller's own, moves the child into it
+// before the target starts (every descendant inherits it), reads its
+// statistics when the run ends and removes it. The child cannot leave
+// it: /sys is never granted by Landlock.
+//
+// Both cgroup v1 (memory and pids controllers) and v2 (a unified
+// hierarchy whose parent group delegates memory and pids) are used.
+type Cgroup struct {
+	// MemoryBytes caps the memory (and, where the kernel accounts it,
+	// memory plus swap) of the whole tree; the kernel's OOM killer
+	// kills a process of the tree when it is reached. Zero: no cap.
+	MemoryBytes int64
+	// Pids caps the number of live processes and threads of the tree;
+	// fork and clone fail with EAGAIN past it. Zero: no cap.
+	Pids int64
+	// CPUMillis caps the tree's CPU bandwidth in thousandths of a core
+	// (1500 = one and a half cores), enforced by the CFS quota: the tree
+	// is throttled, not killed. Zero: no cap.
+	CPUMillis int64
+}
+
+// CgroupStats are what a run's cgroup recorded.
+type CgroupStats struct {
+	// PeakMemoryBytes is the tree's peak memory use.
+	PeakMemoryBytes int64
+	// OOMKills counts processes killed by the memory cap.
+	OOMKills int64
+	// MemoryLimitHits counts allocations that hit the memory cap.
+	MemoryLimitHits int64
+	// PidsLimitHits counts forks refused by the pids cap.
+	PidsLimitHits int64
+	// CPUThrottled counts the periods in which the CPU cap throttled
+	// the tree.
+	CPUThrottled int64
 }
 
 // Namespaces selects new Linux namespaces for the child. As root every

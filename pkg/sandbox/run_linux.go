@@ -45,6 +45,9 @@ type Result struct {
 	TimedOut bool
 	// Duration is the wall-clock time from start to exit.
 	Duration time.Duration
+	// Cgroup is what the run's control group recorded; nil without
+	// Policy.Cgroup.
+	Cgroup *CgroupStats
 }
 
 // Run runs argv confined by p, feeding it stdin (nil means /dev/null),
@@ -177,6 +180,17 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	}
 	defer statusW.Close()
 
+	var cg *cgroup
+	if p.Cgroup != nil {
+		if cg, err = newCgroup(*p.Cgroup); err != nil {
+			cfgR.Close()
+			cfgW.Close()
+			statusR.Close()
+			return nil, err
+		}
+		defer cg.remove()
+	}
+
 	stdout := &capBuffer{max: p.MaxOutput}
 	stderr := &capBuffer{max: p.MaxOutput}
 	cmd := &exec.Cmd{
@@ -200,6 +214,17 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	cfgR.Close()
 	statusW.Close()
 	pid := cmd.Process.Pid // also the process group id
+	if cg != nil {
+		// The trampoline waits for its configuration before it does
+		// anything, so it enters the group before the target exists.
+		if err := cg.add(pid); err != nil {
+			cfgW.Close()
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			statusR.Close()
+			return nil, err
+		}
+	}
 
 	go func() {
 		// A child that died early makes this fail with EPIPE; the
@@ -248,6 +273,10 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	var ee *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		return nil, fmt.Errorf("sandbox: %w", waitErr)
+	}
+	if cg != nil {
+		st := cg.stats()
+		res.Cgroup = &st
 	}
 	res.Stdout, res.StdoutSize = stdout.buf, stdout.n
 	res.Stderr, res.StderrSize = stderr.buf, stderr.n

@@ -141,7 +141,9 @@ type RunResponse struct {
 	// Which backend ran it, e.g. "process", "container", "kubernetes".
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// Wall-clock time including provisioning and teardown.
-	Duration      *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	// What the invocation consumed, as far as the backend measures it.
+	Usage         *ResourceUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,6 +199,79 @@ func (x *RunResponse) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *RunResponse) GetUsage() *ResourceUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// ResourceUsage is what one invocation consumed.
+type ResourceUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Peak memory of the whole invocation, in bytes; 0 when not measured.
+	PeakMemoryBytes uint64 `protobuf:"varint,1,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
+	// CPU time of the whole invocation; unset when not measured.
+	CpuTime *durationpb.Duration `protobuf:"bytes,2,opt,name=cpu_time,json=cpuTime,proto3" json:"cpu_time,omitempty"`
+	// Limits the invocation ran into even though it produced an output,
+	// e.g. "processes" (a fork failed), "memory" (a process was killed by
+	// the memory limit), "output" (output truncated).
+	LimitsHit     []string `protobuf:"bytes,3,rep,name=limits_hit,json=limitsHit,proto3" json:"limits_hit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceUsage) Reset() {
+	*x = ResourceUsage{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceUsage) ProtoMessage() {}
+
+func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
+func (*ResourceUsage) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResourceUsage) GetPeakMemoryBytes() uint64 {
+	if x != nil {
+		return x.PeakMemoryBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetCpuTime() *durationpb.Duration {
+	if x != nil {
+		return x.CpuTime
+	}
+	return nil
+}
+
+func (x *ResourceUsage) GetLimitsHit() []string {
+	if x != nil {
+		return x.LimitsHit
+	}
+	return nil
+}
+
 // EnvironmentSpec declares an execution environment. It is plain data, so
 // it can live in config files.
 type EnvironmentSpec struct {
@@ -219,7 +294,7 @@ type EnvironmentSpec struct {
 
 func (x *EnvironmentSpec) Reset() {
 	*x = EnvironmentSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +306,7 @@ func (x *EnvironmentSpec) String() string {
 func (*EnvironmentSpec) ProtoMessage() {}
 
 func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +319,7 @@ func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentSpec.ProtoReflect.Descriptor instead.
 func (*EnvironmentSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EnvironmentSpec) GetIsolation() []*IsolationBoundary {
@@ -304,7 +379,7 @@ type IsolationBoundary struct {
 
 func (x *IsolationBoundary) Reset() {
 	*x = IsolationBoundary{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +391,7 @@ func (x *IsolationBoundary) String() string {
 func (*IsolationBoundary) ProtoMessage() {}
 
 func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +404,7 @@ func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationBoundary.ProtoReflect.Descriptor instead.
 func (*IsolationBoundary) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *IsolationBoundary) GetKind() isIsolationBoundary_Kind {
@@ -464,7 +539,7 @@ type ProcessIsolation struct {
 
 func (x *ProcessIsolation) Reset() {
 	*x = ProcessIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +551,7 @@ func (x *ProcessIsolation) String() string {
 func (*ProcessIsolation) ProtoMessage() {}
 
 func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +564,7 @@ func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessIsolation.ProtoReflect.Descriptor instead.
 func (*ProcessIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
 }
 
 // ContainerIsolation runs in a container.
@@ -503,7 +578,7 @@ type ContainerIsolation struct {
 
 func (x *ContainerIsolation) Reset() {
 	*x = ContainerIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +590,7 @@ func (x *ContainerIsolation) String() string {
 func (*ContainerIsolation) ProtoMessage() {}
 
 func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +603,7 @@ func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerIsolation.ProtoReflect.Descriptor instead.
 func (*ContainerIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ContainerIsolation) GetImage() string {
@@ -547,7 +622,7 @@ type GvisorIsolation struct {
 
 func (x *GvisorIsolation) Reset() {
 	*x = GvisorIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +634,7 @@ func (x *GvisorIsolation) String() string {
 func (*GvisorIsolation) ProtoMessage() {}
 
 func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +647,7 @@ func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GvisorIsolation.ProtoReflect.Descriptor instead.
 func (*GvisorIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
 }
 
 // MicroVmIsolation runs in a micro VM.
@@ -584,7 +659,7 @@ type MicroVmIsolation struct {
 
 func (x *MicroVmIsolation) Reset() {
 	*x = MicroVmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +671,7 @@ func (x *MicroVmIsolation) String() string {
 func (*MicroVmIsolation) ProtoMessage() {}
 
 func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +684,7 @@ func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicroVmIsolation.ProtoReflect.Descriptor instead.
 func (*MicroVmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
 }
 
 // WasmIsolation runs in a WebAssembly runtime.
@@ -623,7 +698,7 @@ type WasmIsolation struct {
 
 func (x *WasmIsolation) Reset() {
 	*x = WasmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +710,7 @@ func (x *WasmIsolation) String() string {
 func (*WasmIsolation) ProtoMessage() {}
 
 func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +723,7 @@ func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmIsolation.ProtoReflect.Descriptor instead.
 func (*WasmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WasmIsolation) GetRuntime() string {
@@ -669,7 +744,7 @@ type NetworkPolicyIsolation struct {
 
 func (x *NetworkPolicyIsolation) Reset() {
 	*x = NetworkPolicyIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +756,7 @@ func (x *NetworkPolicyIsolation) String() string {
 func (*NetworkPolicyIsolation) ProtoMessage() {}
 
 func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +769,7 @@ func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyIsolation.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NetworkPolicyIsolation) GetRules() []*NetworkRule {
@@ -717,7 +792,7 @@ type CustomIsolation struct {
 
 func (x *CustomIsolation) Reset() {
 	*x = CustomIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +804,7 @@ func (x *CustomIsolation) String() string {
 func (*CustomIsolation) ProtoMessage() {}
 
 func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +817,7 @@ func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomIsolation.ProtoReflect.Descriptor instead.
 func (*CustomIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CustomIsolation) GetBoundaryType() string {
@@ -773,7 +848,7 @@ type CredentialRef struct {
 
 func (x *CredentialRef) Reset() {
 	*x = CredentialRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +860,7 @@ func (x *CredentialRef) String() string {
 func (*CredentialRef) ProtoMessage() {}
 
 func (x *CredentialRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +873,7 @@ func (x *CredentialRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRef.ProtoReflect.Descriptor instead.
 func (*CredentialRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CredentialRef) GetName() string {
@@ -832,7 +907,7 @@ type CredentialInjection struct {
 
 func (x *CredentialInjection) Reset() {
 	*x = CredentialInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +919,7 @@ func (x *CredentialInjection) String() string {
 func (*CredentialInjection) ProtoMessage() {}
 
 func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +932,7 @@ func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInjection.ProtoReflect.Descriptor instead.
 func (*CredentialInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CredentialInjection) GetMethod() isCredentialInjection_Method {
@@ -930,7 +1005,7 @@ type EnvVarInjection struct {
 
 func (x *EnvVarInjection) Reset() {
 	*x = EnvVarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1017,7 @@ func (x *EnvVarInjection) String() string {
 func (*EnvVarInjection) ProtoMessage() {}
 
 func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1030,7 @@ func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVarInjection.ProtoReflect.Descriptor instead.
 func (*EnvVarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EnvVarInjection) GetVarName() string {
@@ -976,7 +1051,7 @@ type FileInjection struct {
 
 func (x *FileInjection) Reset() {
 	*x = FileInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1063,7 @@ func (x *FileInjection) String() string {
 func (*FileInjection) ProtoMessage() {}
 
 func (x *FileInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1076,7 @@ func (x *FileInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInjection.ProtoReflect.Descriptor instead.
 func (*FileInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FileInjection) GetPath() string {
@@ -1026,7 +1101,7 @@ type SidecarInjection struct {
 
 func (x *SidecarInjection) Reset() {
 	*x = SidecarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1113,7 @@ func (x *SidecarInjection) String() string {
 func (*SidecarInjection) ProtoMessage() {}
 
 func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1126,7 @@ func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarInjection.ProtoReflect.Descriptor instead.
 func (*SidecarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SidecarInjection) GetHost() string {
@@ -1092,7 +1167,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1179,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1192,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResourceLimits) GetCpu() string {
@@ -1182,7 +1257,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1269,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1282,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NetworkPolicy) GetDefaultAction() NetworkAction {
@@ -1239,7 +1314,7 @@ type NetworkRule struct {
 
 func (x *NetworkRule) Reset() {
 	*x = NetworkRule{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1326,7 @@ func (x *NetworkRule) String() string {
 func (*NetworkRule) ProtoMessage() {}
 
 func (x *NetworkRule) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1339,7 @@ func (x *NetworkRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
 func (*NetworkRule) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NetworkRule) GetDestination() string {
@@ -1296,11 +1371,17 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\n" +
 	"RunRequest\x12?\n" +
 	"\x05input\x18\x01 \x01(\v2!.layer0.operator.v1.OperatorInputB\x06\xbaH\x03\xc8\x01\x01R\x05input\x12B\n" +
-	"\x04spec\x18\x02 \x01(\v2&.layer0.environment.v1.EnvironmentSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"\x9a\x01\n" +
+	"\x04spec\x18\x02 \x01(\v2&.layer0.environment.v1.EnvironmentSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"\xd6\x01\n" +
 	"\vRunResponse\x12:\n" +
 	"\x06output\x18\x01 \x01(\v2\".layer0.operator.v1.OperatorOutputR\x06output\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x125\n" +
-	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xe5\x02\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12:\n" +
+	"\x05usage\x18\x04 \x01(\v2$.layer0.environment.v1.ResourceUsageR\x05usage\"\x90\x01\n" +
+	"\rResourceUsage\x12*\n" +
+	"\x11peak_memory_bytes\x18\x01 \x01(\x04R\x0fpeakMemoryBytes\x124\n" +
+	"\bcpu_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\acpuTime\x12\x1d\n" +
+	"\n" +
+	"limits_hit\x18\x03 \x03(\tR\tlimitsHit\"\xe5\x02\n" +
 	"\x0fEnvironmentSpec\x12F\n" +
 	"\tisolation\x18\x01 \x03(\v2(.layer0.environment.v1.IsolationBoundaryR\tisolation\x12F\n" +
 	"\vcredentials\x18\x02 \x03(\v2$.layer0.environment.v1.CredentialRefR\vcredentials\x12C\n" +
@@ -1387,67 +1468,70 @@ func file_layer0_environment_v1_environment_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_layer0_environment_v1_environment_proto_goTypes = []any{
 	(NetworkAction)(0),             // 0: layer0.environment.v1.NetworkAction
 	(*RunRequest)(nil),             // 1: layer0.environment.v1.RunRequest
 	(*RunResponse)(nil),            // 2: layer0.environment.v1.RunResponse
-	(*EnvironmentSpec)(nil),        // 3: layer0.environment.v1.EnvironmentSpec
-	(*IsolationBoundary)(nil),      // 4: layer0.environment.v1.IsolationBoundary
-	(*ProcessIsolation)(nil),       // 5: layer0.environment.v1.ProcessIsolation
-	(*ContainerIsolation)(nil),     // 6: layer0.environment.v1.ContainerIsolation
-	(*GvisorIsolation)(nil),        // 7: layer0.environment.v1.GvisorIsolation
-	(*MicroVmIsolation)(nil),       // 8: layer0.environment.v1.MicroVmIsolation
-	(*WasmIsolation)(nil),          // 9: layer0.environment.v1.WasmIsolation
-	(*NetworkPolicyIsolation)(nil), // 10: layer0.environment.v1.NetworkPolicyIsolation
-	(*CustomIsolation)(nil),        // 11: layer0.environment.v1.CustomIsolation
-	(*CredentialRef)(nil),          // 12: layer0.environment.v1.CredentialRef
-	(*CredentialInjection)(nil),    // 13: layer0.environment.v1.CredentialInjection
-	(*EnvVarInjection)(nil),        // 14: layer0.environment.v1.EnvVarInjection
-	(*FileInjection)(nil),          // 15: layer0.environment.v1.FileInjection
-	(*SidecarInjection)(nil),       // 16: layer0.environment.v1.SidecarInjection
-	(*ResourceLimits)(nil),         // 17: layer0.environment.v1.ResourceLimits
-	(*NetworkPolicy)(nil),          // 18: layer0.environment.v1.NetworkPolicy
-	(*NetworkRule)(nil),            // 19: layer0.environment.v1.NetworkRule
-	(*v1.OperatorInput)(nil),       // 20: layer0.operator.v1.OperatorInput
-	(*v1.OperatorOutput)(nil),      // 21: layer0.operator.v1.OperatorOutput
-	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
-	(*structpb.Value)(nil),         // 23: google.protobuf.Value
+	(*ResourceUsage)(nil),          // 3: layer0.environment.v1.ResourceUsage
+	(*EnvironmentSpec)(nil),        // 4: layer0.environment.v1.EnvironmentSpec
+	(*IsolationBoundary)(nil),      // 5: layer0.environment.v1.IsolationBoundary
+	(*ProcessIsolation)(nil),       // 6: layer0.environment.v1.ProcessIsolation
+	(*ContainerIsolation)(nil),     // 7: layer0.environment.v1.ContainerIsolation
+	(*GvisorIsolation)(nil),        // 8: layer0.environment.v1.GvisorIsolation
+	(*MicroVmIsolation)(nil),       // 9: layer0.environment.v1.MicroVmIsolation
+	(*WasmIsolation)(nil),          // 10: layer0.environment.v1.WasmIsolation
+	(*NetworkPolicyIsolation)(nil), // 11: layer0.environment.v1.NetworkPolicyIsolation
+	(*CustomIsolation)(nil),        // 12: layer0.environment.v1.CustomIsolation
+	(*CredentialRef)(nil),          // 13: layer0.environment.v1.CredentialRef
+	(*CredentialInjection)(nil),    // 14: layer0.environment.v1.CredentialInjection
+	(*EnvVarInjection)(nil),        // 15: layer0.environment.v1.EnvVarInjection
+	(*FileInjection)(nil),          // 16: layer0.environment.v1.FileInjection
+	(*SidecarInjection)(nil),       // 17: layer0.environment.v1.SidecarInjection
+	(*ResourceLimits)(nil),         // 18: layer0.environment.v1.ResourceLimits
+	(*NetworkPolicy)(nil),          // 19: layer0.environment.v1.NetworkPolicy
+	(*NetworkRule)(nil),            // 20: layer0.environment.v1.NetworkRule
+	(*v1.OperatorInput)(nil),       // 21: layer0.operator.v1.OperatorInput
+	(*v1.OperatorOutput)(nil),      // 22: layer0.operator.v1.OperatorOutput
+	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
+	(*structpb.Value)(nil),         // 24: google.protobuf.Value
 }
 var file_layer0_environment_v1_environment_proto_depIdxs = []int32{
-	20, // 0: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	3,  // 1: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	21, // 2: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	22, // 3: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
-	4,  // 4: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
-	12, // 5: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
-	17, // 6: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
-	18, // 7: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
-	22, // 8: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
-	5,  // 9: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
-	6,  // 10: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
-	7,  // 11: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
-	8,  // 12: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
-	9,  // 13: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
-	10, // 14: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
-	11, // 15: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
-	19, // 16: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
-	23, // 17: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
-	13, // 18: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
-	14, // 19: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
-	15, // 20: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
-	16, // 21: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
-	22, // 22: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
-	0,  // 23: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
-	19, // 24: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
-	0,  // 25: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
-	1,  // 26: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
-	2,  // 27: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
-	27, // [27:28] is the sub-list for method output_type
-	26, // [26:27] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 0: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	4,  // 1: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	22, // 2: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	23, // 3: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
+	3,  // 4: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
+	23, // 5: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
+	5,  // 6: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
+	13, // 7: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
+	18, // 8: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
+	19, // 9: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
+	23, // 10: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
+	6,  // 11: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
+	7,  // 12: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
+	8,  // 13: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
+	9,  // 14: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
+	10, // 15: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
+	11, // 16: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
+	12, // 17: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
+	20, // 18: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
+	24, // 19: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
+	14, // 20: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
+	15, // 21: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
+	16, // 22: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
+	17, // 23: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
+	23, // 24: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
+	0,  // 25: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
+	20, // 26: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
+	0,  // 27: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
+	1,  // 28: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
+	2,  // 29: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
+	29, // [29:30] is the sub-list for method output_type
+	28, // [28:29] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_layer0_environment_v1_environment_proto_init() }
@@ -1455,7 +1539,7 @@ func file_layer0_environment_v1_environment_proto_init() {
 	if File_layer0_environment_v1_environment_proto != nil {
 		return
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[3].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[4].OneofWrappers = []any{
 		(*IsolationBoundary_Process)(nil),
 		(*IsolationBoundary_Container)(nil),
 		(*IsolationBoundary_Gvisor)(nil),
@@ -1464,20 +1548,20 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*IsolationBoundary_NetworkPolicy)(nil),
 		(*IsolationBoundary_Custom)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[12].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[13].OneofWrappers = []any{
 		(*CredentialInjection_EnvVar)(nil),
 		(*CredentialInjection_File)(nil),
 		(*CredentialInjection_Sidecar)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[16].OneofWrappers = []any{}
-	file_layer0_environment_v1_environment_proto_msgTypes[18].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[17].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_environment_v1_environment_proto_rawDesc), len(file_layer0_environment_v1_environment_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

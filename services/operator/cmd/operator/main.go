@@ -65,6 +65,7 @@ type flags struct {
 	scriptOpts  []scripted.Option
 	mcpConfig   string
 	oneShot     bool
+	inputFile   string
 	model       string
 	script      string
 	system      string
@@ -98,6 +99,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.models.bind(fs)
 	def := operator.DefaultConfig()
 	fs.BoolVar(&f.oneShot, "one-shot", false, "run one invocation: OperatorInput (protojson) on stdin, OperatorOutput on stdout; exit 0 complete, 3 other exit, 10+gRPC code on error")
+	fs.StringVar(&f.inputFile, "one-shot-input", "", "with --one-shot, read the OperatorInput from this file instead of stdin (e.g. a mounted Kubernetes Secret)")
 	fs.StringVar(&f.model, "model", "", "default model, a catalog name (default: the first provider with credentials: anthropic, openai, gemini; else the scripted model)")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", `JSON file of MCP servers whose tools to offer: {"servers":[{"name":"fs","command":["..."]},{"name":"web","url":"http://..."}]}`)
 	fs.StringVar(&f.script, "script", "", "JSON script for the scripted model (default: its echo rules)")
@@ -127,6 +129,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if f.unconfined && !f.srv.Dev {
 		return nil, errors.New("--sandbox-unconfined is only allowed with --dev")
+	}
+	if f.inputFile != "" && !f.oneShot {
+		return nil, errors.New("--one-shot-input needs --one-shot")
 	}
 	if f.oneShot && f.middleware.Client.Target != "" {
 		// One-shot runs under the environment service, whose own exec
@@ -183,6 +188,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer cleanup()
 	if f.oneShot {
+		if f.inputFile != "" {
+			file, err := os.Open(f.inputFile)
+			if err != nil {
+				fmt.Fprintf(stderr, "operator: --one-shot-input: %v\n", err)
+				return exitConfig
+			}
+			defer file.Close()
+			stdin = file
+		}
 		return operator.RunOneShot(ctx, op, stdin, stdout, stderr)
 	}
 	operatorv1.RegisterOperatorServiceServer(srv, operator.NewServer(op))

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -46,7 +48,7 @@ func (m *modelFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&m.geminiBaseURL, "gemini-base-url", "", "Gemini API base URL (default: $GOOGLE_GEMINI_BASE_URL, else the public API)")
 	fs.StringVar(&m.compatibleURL, "compatible-base-url", "", "base URL of an OpenAI-compatible server such as Ollama or vLLM, e.g. http://127.0.0.1:11434/v1 (default: $OPENAI_BASE_URL when no OpenAI key is set)")
 	fs.StringVar(&m.openaiAPI, "openai-api", "chat", "OpenAI API for OpenAI models: chat (Chat Completions) or responses (Responses, chained per session)")
-	fs.StringVar(&m.egressProxy, "egress-proxy", "", "send all model traffic through this HTTP proxy, e.g. http://127.0.0.1:3128 (default: $HTTPS_PROXY)")
+	fs.StringVar(&m.egressProxy, "egress-proxy", "", "send all model traffic through this HTTP proxy: http://HOST:PORT, or unix:///PATH for a proxy on a Unix socket (what the environment service gives a sandbox) (default: $HTTPS_PROXY)")
 	fs.StringVar(&m.catalogFile, "catalog", "", "model catalog file adding to or replacing the built-in one (same format as catalog/models.json)")
 	fs.StringVar(&m.localModels, "local-models", "", "comma-separated model names served by the OpenAI-compatible server (added to the catalog, free)")
 	fs.StringVar(&m.fallback, "fallback-models", "", "comma-separated models tried in order when the default model keeps failing with retryable errors")
@@ -103,14 +105,12 @@ func models(f *flags, log *slog.Logger) (provider.Router, *catalog.Catalog, comp
 	}
 	client := http.DefaultClient
 	if m.egressProxy != "" {
-		u, err := url.Parse(m.egressProxy)
-		if err != nil || u.Host == "" {
-			return nil, nil, nil, fmt.Errorf("--egress-proxy %q: want a URL such as http://127.0.0.1:3128", m.egressProxy)
+		c, err := egressClient(m.egressProxy)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.Proxy = http.ProxyURL(u)
-		client = &http.Client{Transport: tr}
-		log.Info("model traffic through the egress proxy", "proxy", u.Redacted())
+		client = c
+		log.Info("model traffic through the egress proxy", "proxy", m.egressProxy)
 	}
 	policy := reliable.DefaultPolicy()
 	policy.MaxAttempts = max(m.retries, 0) + 1
@@ -279,4 +279,30 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// egressClient returns an HTTP client that sends every request through
+// the proxy at spec: an http:// URL, or unix:///path for a proxy listening
+// on a Unix socket (plain-HTTP requests go to it in absolute form, HTTPS
+// ones through CONNECT, all over that socket).
+func egressClient(spec string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if path, ok := strings.CutPrefix(spec, "unix://"); ok {
+		if !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("--egress-proxy %q: want unix:///absolute/path", spec)
+		}
+		// The host name is a placeholder: every connection dials the socket.
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: "egress-proxy"})
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		return &http.Client{Transport: tr}, nil
+	}
+	u, err := url.Parse(spec)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--egress-proxy %q: want a URL such as http://127.0.0.1:3128 or unix:///run/egress.sock", spec)
+	}
+	tr.Proxy = http.ProxyURL(u)
+	return &http.Client{Transport: tr}, nil
 }
