@@ -80,6 +80,7 @@ type flags struct {
 	tools       string
 	effectTools bool
 	toolTimeout time.Duration
+	toolEnv     string
 	toolOutput  int
 	unconfined  bool
 	hookTimeout time.Duration
@@ -114,6 +115,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.workspace, "workspace", ".data/operator/workspace", "directory the file tools and bash are confined to (created if missing)")
 	fs.StringVar(&f.tools, "tools", "read,write,edit,bash", "comma-separated built-in tools to enable (empty: none)")
 	fs.BoolVar(&f.effectTools, "effect-tools", true, "offer the effect tools (write_memory, delete_memory, delegate, handoff, signal)")
+	fs.StringVar(&f.toolEnv, "tool-env", "", "comma-separated names of this process's environment variables that bash commands get too (their environment is otherwise minimal), e.g. GITHUB_TOKEN")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 2*time.Minute, "default timeout of one tool call")
 	fs.IntVar(&f.toolOutput, "tool-max-output", 64<<10, "tool output beyond this many bytes is truncated, with a notice")
 	fs.BoolVar(&f.unconfined, "sandbox-unconfined", false, "run bash without Landlock when the kernel lacks it (only with --dev)")
@@ -380,8 +382,14 @@ func toolRegistry(f *flags, log *slog.Logger) (*tool.Registry, func(), error) {
 			}
 			// A private temp dir per call keeps mktemp files out of the
 			// workspace; the default limits cap open files and file size.
+			env := sandbox.DefaultEnv(dir)
+			for _, name := range strings.Split(f.toolEnv, ",") {
+				if v, ok := os.LookupEnv(strings.TrimSpace(name)); ok && strings.TrimSpace(name) != "" {
+					env = append(env, strings.TrimSpace(name)+"="+v)
+				}
+			}
 			t = builtin.NewBash(dir, sandbox.Policy{
-				Workspace: dir, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
+				Workspace: dir, Env: env, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
 			})
 		default:
 			closeWS()

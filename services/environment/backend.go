@@ -1,0 +1,109 @@
+package environment
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+)
+
+// Backend runs invocations in one kind of isolation. The server picks a
+// backend for each request, asks it to Check the spec before anything is
+// provisioned, and then Runs the invocation.
+type Backend interface {
+	// Name is the backend's name in RunResponse.backend, logs and errors:
+	// "local", "process", "docker", "kubernetes".
+	Name() string
+	// Check returns nil when the backend can enforce every part of spec,
+	// else an error wrapping errs.FailedPrecondition that names what it
+	// cannot enforce. It must not provision anything.
+	Check(spec *environmentv1.EnvironmentSpec) error
+	// Run runs the invocation to its end and returns the operator's
+	// output, or an error wrapping an errs kind: ResourceExhausted for a
+	// limit hit (memory, processes, output), DeadlineExceeded for the
+	// invocation's timeout, Retryable when the sandbox could not be
+	// provisioned, Canceled when ctx was cancelled, or the status the
+	// operator itself reported. It cleans up everything it provisioned,
+	// whatever the outcome.
+	Run(ctx context.Context, inv *Invocation) (*Result, error)
+}
+
+// ByReference is implemented by backends that hand credentials to their
+// platform by name (a Kubernetes Secret) rather than by value: the server
+// then does not resolve Credential.Value for them.
+type ByReference interface {
+	SecretsByReference() bool
+}
+
+// Invocation is one Run request, validated and resolved by the server.
+type Invocation struct {
+	// ID is unique per invocation and safe in file and object names
+	// (lower-case letters, digits and '-', at most 40 characters).
+	ID string
+	// Input is the operator input; InputJSON is its protojson encoding,
+	// what the one-shot operator reads.
+	Input     *operatorv1.OperatorInput
+	InputJSON []byte
+	// Spec is the request's spec.
+	Spec *environmentv1.EnvironmentSpec
+	// Limits are the spec's resource limits with the service's defaults.
+	Limits Limits
+	// Timeout is the wall-clock limit of the whole run (always > 0).
+	Timeout time.Duration
+	// Network is the effective network policy (spec.network and every
+	// network_policy boundary).
+	Network NetworkPolicy
+	// Credentials are the spec's credentials, resolved. Value is empty
+	// for backends that implement ByReference.
+	Credentials []Credential
+	// Egress starts the invocation's egress proxy listening on a Unix
+	// socket at path: it allows what Network allows and adds the sidecar
+	// credentials. Nil when the invocation needs no egress at all
+	// (everything denied and no sidecar credential). Call stop when the
+	// run ends.
+	Egress func(path string) (stop func(), err error)
+	// Log is a logger carrying the invocation id.
+	Log *slog.Logger
+}
+
+// Credential is one resolved credential.
+type Credential struct {
+	// Name is the secret's name.
+	Name string
+	// Value is the secret; empty for ByReference backends.
+	Value string
+	// Injection says how it reaches the operator.
+	Injection *environmentv1.CredentialInjection
+}
+
+// Limits are resource limits; zero means none (the service's defaults
+// have already been applied).
+type Limits struct {
+	// CPUMillis is the CPU share in thousandths of a core ("500m" = 500).
+	CPUMillis int64
+	// MemoryBytes bounds the memory of the whole invocation.
+	MemoryBytes int64
+	// DiskBytes bounds the workspace's size.
+	DiskBytes int64
+	// GPUs is the number of GPUs asked for.
+	GPUs int64
+	// MaxProcesses bounds the number of live processes (or tasks).
+	MaxProcesses uint32
+	// MaxOutputBytes bounds the operator's output that is read back.
+	MaxOutputBytes uint64
+	// CPUTime bounds the CPU time of each process.
+	CPUTime time.Duration
+}
+
+// Result is what a backend returns for a run that produced an output.
+type Result struct {
+	// Output is the operator's output.
+	Output *operatorv1.OperatorOutput
+	// Usage is what the run consumed, as far as the backend measures it.
+	Usage *environmentv1.ResourceUsage
+	// Logs is the operator's diagnostic output (stderr), possibly
+	// truncated. The server scrubs it before logging it.
+	Logs []byte
+}

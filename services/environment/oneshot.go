@@ -1,0 +1,102 @@
+package environment
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	grpcstatus "google.golang.org/grpc/status"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+)
+
+// One-shot exit codes of the operator binary (see operator.RunOneShot).
+const (
+	exitComplete   = 0
+	exitConfig     = 2
+	exitNotDone    = 3
+	exitStatusBase = 10
+)
+
+// OneShotArgs are the arguments every backend passes to the operator
+// binary after its configured ones: one-shot mode with JSON logs on
+// stderr.
+func OneShotArgs() []string { return []string{"--one-shot", "--log-format", "json"} }
+
+// DecodeOutput turns what the one-shot operator wrote on stdout, and its
+// exit code, into its output or the error it reported. stderr is quoted
+// (its last line) when the operator failed without a status. A backend
+// calls it only for a process that exited by itself, not one it killed.
+func DecodeOutput(stdout, stderr []byte, exitCode int) (*operatorv1.OperatorOutput, error) {
+	switch {
+	case exitCode == exitComplete || exitCode == exitNotDone:
+		out := &operatorv1.OperatorOutput{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(bytes.TrimSpace(stdout), out); err != nil {
+			return nil, fmt.Errorf("the operator exited %d but its stdout is not an OperatorOutput (%v): %w", exitCode, err, errs.Internal)
+		}
+		return out, nil
+	case exitCode >= exitStatusBase && exitCode < exitStatusBase+17:
+		st := &status.Status{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(bytes.TrimSpace(stdout), st); err != nil || st.GetCode() == 0 {
+			return nil, fmt.Errorf("the operator failed with exit code %d (%s) without a status on stdout: %w", exitCode, lastLine(stderr), errs.Internal)
+		}
+		return nil, errs.FromGRPC(grpcstatus.FromProto(st).Err())
+	case exitCode == exitConfig:
+		return nil, fmt.Errorf("the operator binary refused its configuration (%s); check the environment service's operator flags: %w", lastLine(stderr), errs.Internal)
+	default:
+		return nil, fmt.Errorf("the operator exited with code %d (%s): %w", exitCode, lastLine(stderr), errs.Internal)
+	}
+}
+
+// lastLine is the last non-empty line of b, at most 500 bytes, for error
+// messages; JSON log lines are reduced to their "msg" and "error".
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	s := strings.TrimSpace(lines[len(lines)-1])
+	if s == "" {
+		return "no diagnostic output"
+	}
+	if len(s) > 500 {
+		s = s[:500] + "..."
+	}
+	return s
+}
+
+// SidecarPlaceholder is the API key the operator is given for a
+// credential the egress proxy injects: providers refuse to start without
+// a key, and the proxy replaces this one on the way out.
+const SidecarPlaceholder = "injected-by-the-egress-proxy"
+
+// sidecarHosts maps the model API hosts the operator knows to the
+// environment variables that point its provider at the egress proxy.
+// Plain http:// is right: the request travels over the proxy's Unix
+// socket, and the proxy speaks TLS to the real host.
+var sidecarHosts = map[string][]string{
+	"api.anthropic.com":                 {"ANTHROPIC_BASE_URL=http://api.anthropic.com", "ANTHROPIC_API_KEY=" + SidecarPlaceholder},
+	"api.openai.com":                    {"OPENAI_BASE_URL=http://api.openai.com/v1", "OPENAI_API_KEY=" + SidecarPlaceholder},
+	"generativelanguage.googleapis.com": {"GOOGLE_GEMINI_BASE_URL=http://generativelanguage.googleapis.com", "GEMINI_API_KEY=" + SidecarPlaceholder},
+}
+
+// CredentialEnv returns the environment entries (KEY=VALUE, sorted) the
+// operator gets for creds: each env_var credential's variable, and for
+// each sidecar credential of a model API host the operator knows, its
+// provider's base URL through the egress proxy and a placeholder key.
+// Credentials injected as files or by reference are not included.
+func CredentialEnv(creds []Credential) []string {
+	var env []string
+	for _, c := range creds {
+		switch m := c.Injection.GetMethod().(type) {
+		case *environmentv1.CredentialInjection_EnvVar:
+			env = append(env, m.EnvVar.GetVarName()+"="+c.Value)
+		case *environmentv1.CredentialInjection_Sidecar:
+			env = append(env, sidecarHosts[strings.ToLower(m.Sidecar.GetHost())]...)
+		}
+	}
+	sort.Strings(env)
+	return env
+}

@@ -1,0 +1,275 @@
+// Package process is the environment service's default backend on Linux:
+// each invocation is a fresh process of the operator binary in one-shot
+// mode, confined by pkg/sandbox.
+//
+// What the invocation gets:
+//
+//   - a clean environment: a system PATH, HOME and TMPDIR in its own
+//     directories, the env_var credentials of the spec, and for sidecar
+//     credentials only a provider base URL and a placeholder key; nothing
+//     of the service's own environment;
+//   - a Landlock ruleset: its workspace read-write, the system
+//     directories and the operator binary read-only, nothing else (no
+//     home directories, no /proc, no /etc beyond what programs need);
+//   - new user, pid, network, IPC and UTS namespaces: no network but a
+//     loopback that is down, no view of the host's processes;
+//   - a cgroup capping memory, processes and CPU bandwidth, and rlimits
+//     for CPU time, file size and open files;
+//   - a wall-clock timeout that kills the whole tree, and a cap on the
+//     output read back.
+//
+// Network egress, when the spec allows any, goes only through the
+// invocation's egress proxy on a Unix socket outside the workspace: the
+// operator's model traffic is pointed at it (--egress-proxy) and its path
+// is in $NEURON_EGRESS_SOCKET for tools.
+//
+// A spec the backend cannot enforce is refused before anything starts:
+// another isolation kind, GPUs, a disk quota, file credentials (there is
+// no private mount namespace to place them in), or a host without
+// Landlock or a usable cgroup.
+package process
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/services/environment"
+)
+
+// Config configures the process backend.
+type Config struct {
+	// OperatorBinary is the absolute path of the operator binary.
+	OperatorBinary string
+	// OperatorArgs are passed before the per-invocation arguments (e.g.
+	// "--tools", "read,write,edit,bash", "--script", "/etc/neuron/script.json").
+	OperatorArgs []string
+	// WorkDir holds one directory per invocation, removed after it.
+	WorkDir string
+	// ReadOnly lists extra files or directories the invocation may read
+	// (files named in OperatorArgs, a model catalog, ...).
+	ReadOnly []string
+	// Log is the backend's logger.
+	Log *slog.Logger
+}
+
+// Backend runs invocations as confined processes.
+type Backend struct {
+	cfg Config
+}
+
+// New checks cfg and returns the backend. Kernel support is checked per
+// spec (Check), so that a host without it refuses specs clearly rather
+// than failing to start.
+func New(cfg Config) (*Backend, error) {
+	if !filepath.IsAbs(cfg.OperatorBinary) {
+		return nil, fmt.Errorf("process backend: the operator binary %q must be an absolute path", cfg.OperatorBinary)
+	}
+	if fi, err := os.Stat(cfg.OperatorBinary); err != nil || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("process backend: the operator binary %q is not an executable file", cfg.OperatorBinary)
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(os.TempDir(), "neuron-environment")
+	}
+	wd, err := filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.WorkDir = wd
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		return nil, fmt.Errorf("process backend: work dir: %w", err)
+	}
+	for _, p := range cfg.ReadOnly {
+		if _, err := os.Stat(p); err != nil || !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("process backend: read-only path %q must be an existing absolute path", p)
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{cfg: cfg}, nil
+}
+
+// Name implements environment.Backend.
+func (b *Backend) Name() string { return "process" }
+
+// Check implements environment.Backend.
+func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
+	if err := environment.Unsupported(b.Name(), spec, environment.KindProcess, environment.KindNetworkPolicy); err != nil {
+		return err
+	}
+	if err := sandbox.Supported(); err != nil {
+		return fmt.Errorf("the process backend needs Landlock, which this host lacks (%v): %w", err, errs.FailedPrecondition)
+	}
+	if err := sandbox.CgroupSupported(); err != nil {
+		return fmt.Errorf("the process backend caps memory and processes with a cgroup, which this host cannot give it (%v): %w", err, errs.FailedPrecondition)
+	}
+	r := spec.GetResources()
+	if r == nil {
+		r = &environmentv1.ResourceLimits{}
+	}
+	if r.Gpu != nil {
+		return fmt.Errorf("the process backend cannot assign GPUs (resources.gpu); use the container or kubernetes backend: %w", errs.FailedPrecondition)
+	}
+	if r.Disk != nil {
+		return fmt.Errorf("the process backend cannot cap disk use (resources.disk): there is no per-invocation filesystem quota; use the kubernetes backend: %w", errs.FailedPrecondition)
+	}
+	for i, c := range spec.GetCredentials() {
+		if c.GetInjection().GetFile() != nil {
+			return fmt.Errorf("credentials[%d] %q: the process backend cannot place files at absolute paths (it has no private mount namespace); inject it as env_var or sidecar, or use the container backend: %w", i, c.GetName(), errs.FailedPrecondition)
+		}
+	}
+	return nil
+}
+
+// Run implements environment.Backend.
+func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*environment.Result, error) {
+	dir := filepath.Join(b.cfg.WorkDir, inv.ID)
+	ws := filepath.Join(dir, "workspace")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the invocation's workspace: %v: %w", err, errs.Retryable)
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			inv.Log.Warn("removing the invocation directory", "dir", dir, "error", err.Error())
+		}
+	}()
+
+	argv := append([]string{b.cfg.OperatorBinary}, b.cfg.OperatorArgs...)
+	argv = append(argv, "--workspace", ws)
+	env := append(sandbox.DefaultEnv(ws), environment.CredentialEnv(inv.Credentials)...)
+	if inv.Egress != nil {
+		sock := filepath.Join(dir, "egress.sock")
+		stop, err := inv.Egress(sock)
+		if err != nil {
+			return nil, fmt.Errorf("starting the egress proxy: %v: %w", err, errs.Retryable)
+		}
+		defer stop()
+		argv = append(argv, "--egress-proxy", "unix://"+sock)
+		env = append(env, "NEURON_EGRESS_SOCKET="+sock)
+	}
+	// Tools get the env_var credentials and the egress socket too: the
+	// bash tool otherwise starts commands with a minimal environment.
+	if names := toolEnv(inv, env); names != "" {
+		argv = append(argv, "--tool-env", names)
+	}
+	argv = append(argv, environment.OneShotArgs()...)
+
+	lim := inv.Limits
+	policy := sandbox.Policy{
+		Workspace:  ws,
+		ReadOnly:   append([]string{b.cfg.OperatorBinary}, b.cfg.ReadOnly...),
+		Env:        env,
+		PrivateTmp: true,
+		Timeout:    inv.Timeout,
+		MaxOutput:  int(min(lim.MaxOutputBytes, 1<<30)),
+		Limits: sandbox.Limits{
+			CPUSeconds:    uint64((lim.CPUTime + time.Second - 1) / time.Second),
+			OpenFiles:     1024,
+			FileSizeBytes: 1 << 30,
+		},
+		Namespaces: sandbox.Namespaces{User: true, PID: true, Net: true, IPC: true, UTS: true},
+		Cgroup:     &sandbox.Cgroup{MemoryBytes: lim.MemoryBytes, Pids: int64(lim.MaxProcesses), CPUMillis: lim.CPUMillis},
+	}
+	res, err := sandbox.Run(ctx, policy, argv, bytes.NewReader(inv.InputJSON))
+	if res == nil {
+		if err == nil {
+			err = errors.New("no result")
+		}
+		if errors.Is(err, sandbox.ErrUnsupported) {
+			return nil, fmt.Errorf("%v: %w", err, errs.FailedPrecondition)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("could not start the sandboxed operator: %v: %w", err, errs.Retryable)
+	}
+	out := &environment.Result{Usage: usage(res), Logs: res.Stderr}
+	switch {
+	case err != nil:
+		return out, err // the caller's context: canceled or past its deadline
+	case res.TimedOut:
+		return out, fmt.Errorf("the invocation ran past its timeout of %v; every process of it was killed: %w", inv.Timeout, errs.DeadlineExceeded)
+	case res.StdoutSize > int64(len(res.Stdout)):
+		return out, fmt.Errorf("the operator wrote %d bytes of output, more than max_output_bytes (%d); it was discarded: %w", res.StdoutSize, lim.MaxOutputBytes, errs.ResourceExhausted)
+	case res.Signal != "" && res.Cgroup != nil && res.Cgroup.OOMKills > 0:
+		return out, fmt.Errorf("the operator was killed at the memory limit of %d bytes: %w", lim.MemoryBytes, errs.ResourceExhausted)
+	case res.Signal == "SIGXCPU" || (res.Signal == "SIGKILL" && lim.CPUTime > 0 && res.Cgroup != nil && res.Cgroup.OOMKills == 0 && cpuBound(res, lim)):
+		return out, fmt.Errorf("the operator used up its CPU time limit of %v: %w", lim.CPUTime, errs.ResourceExhausted)
+	case res.Signal != "":
+		return out, fmt.Errorf("the operator was killed by %s (%s): %w", res.Signal, lastLine(res.Stderr), errs.Internal)
+	}
+	output, err := environment.DecodeOutput(res.Stdout, res.Stderr, res.ExitCode)
+	if err != nil {
+		return out, err
+	}
+	out.Output = output
+	return out, nil
+}
+
+// toolEnv names the variables of env that the operator's tools should
+// see: the env_var credentials and the egress socket.
+func toolEnv(inv *environment.Invocation, env []string) string {
+	var names []string
+	for _, c := range inv.Credentials {
+		if e := c.Injection.GetEnvVar(); e != nil {
+			names = append(names, e.GetVarName())
+		}
+	}
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == "NEURON_EGRESS_SOCKET" {
+			names = append(names, k)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// cpuBound guesses whether a SIGKILL came from RLIMIT_CPU's hard limit
+// (one second after SIGXCPU, which a process may catch): the run lasted
+// at least the CPU limit.
+func cpuBound(res *sandbox.Result, lim environment.Limits) bool {
+	return res.Duration >= lim.CPUTime
+}
+
+// usage reports what the sandbox measured.
+func usage(res *sandbox.Result) *environmentv1.ResourceUsage {
+	u := &environmentv1.ResourceUsage{}
+	if cg := res.Cgroup; cg != nil {
+		u.PeakMemoryBytes = uint64(max(cg.PeakMemoryBytes, 0))
+		if cg.OOMKills > 0 {
+			u.LimitsHit = append(u.LimitsHit, "memory")
+		}
+		if cg.PidsLimitHits > 0 {
+			u.LimitsHit = append(u.LimitsHit, "processes")
+		}
+		if cg.CPUThrottled > 0 {
+			u.LimitsHit = append(u.LimitsHit, "cpu")
+		}
+	}
+	if res.StdoutSize > int64(len(res.Stdout)) {
+		u.LimitsHit = append(u.LimitsHit, "output")
+	}
+	return u
+}
+
+// lastLine is the last non-empty line of b, shortened, for messages.
+func lastLine(b []byte) string {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	s := string(bytes.TrimSpace(lines[len(lines)-1]))
+	if s == "" {
+		return "no diagnostic output"
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}

@@ -1,0 +1,289 @@
+package environment
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/environment/scrub"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Backends are the configured backends; names must be unique.
+	Backends []Backend
+	// Default names the backend for specs that ask for no particular
+	// boundary (no isolation, or only network_policy).
+	Default string
+	// Process names the backend for the process boundary ("" when none).
+	Process string
+	// Container names the backend for the container boundary, and for
+	// gvisor ("" when none).
+	Container string
+	// Secrets resolves credential names.
+	Secrets SecretSource
+	// Defaults fills in what a spec leaves unset.
+	Defaults Defaults
+	// Egress is the administrator's egress settings; nil means egress
+	// proxies cannot be started, so a spec that allows any network is
+	// refused.
+	Egress EgressFactory
+	// Log is the service logger.
+	Log *slog.Logger
+}
+
+// EgressFactory starts an egress proxy for one invocation on a Unix socket
+// at path, enforcing policy and injecting the sidecar credentials.
+type EgressFactory func(path string, policy NetworkPolicy, sidecars []Credential, log *slog.Logger) (stop func(), err error)
+
+// runGrace is how long past an invocation's timeout the server waits for
+// its backend to report before giving up on it.
+const runGrace = 30 * time.Second
+
+// Server implements EnvironmentService.
+type Server struct {
+	environmentv1.UnimplementedEnvironmentServiceServer
+	cfg      Config
+	backends map[string]Backend
+}
+
+// NewServer checks cfg and returns the server.
+func NewServer(cfg Config) (*Server, error) {
+	s := &Server{cfg: cfg, backends: map[string]Backend{}}
+	for _, b := range cfg.Backends {
+		if _, dup := s.backends[b.Name()]; dup {
+			return nil, fmt.Errorf("environment: backend %q configured twice", b.Name())
+		}
+		s.backends[b.Name()] = b
+	}
+	for role, name := range map[string]string{"default": cfg.Default, "process": cfg.Process, "container": cfg.Container} {
+		if name == "" && role != "default" {
+			continue
+		}
+		if _, ok := s.backends[name]; !ok {
+			return nil, fmt.Errorf("environment: the %s backend %q is not configured", role, name)
+		}
+	}
+	if s.cfg.Secrets == nil {
+		s.cfg.Secrets = DirSecrets{}
+	}
+	if s.cfg.Log == nil {
+		s.cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if s.cfg.Defaults.Timeout <= 0 {
+		s.cfg.Defaults = DefaultDefaults()
+	}
+	return s, nil
+}
+
+// choose picks the backend that enforces spec's outermost boundaries.
+func (s *Server) choose(spec *environmentv1.EnvironmentSpec) (Backend, error) {
+	name, role := s.cfg.Default, "default"
+	for _, k := range Kinds(spec) {
+		switch k {
+		case KindContainer, KindGvisor:
+			name, role = s.cfg.Container, "container"
+		case KindProcess:
+			if role == "default" {
+				name, role = s.cfg.Process, "process"
+			}
+		case KindNetworkPolicy:
+		default:
+			return nil, fmt.Errorf("no backend of this environment service enforces isolation %s (configured: %s): %w", k, s.names(), errs.FailedPrecondition)
+		}
+	}
+	if name == "" {
+		return nil, fmt.Errorf("this environment service has no %s backend (configured: %s): %w", role, s.names(), errs.FailedPrecondition)
+	}
+	b := s.backends[name]
+	if err := b.Check(spec); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (s *Server) names() string {
+	var out []string
+	for _, b := range s.cfg.Backends {
+		out = append(out, b.Name())
+	}
+	return strings.Join(out, ", ")
+}
+
+// Run implements EnvironmentService.Run.
+func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
+	start := time.Now()
+	inv, backend, err := s.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var secrets []string
+	for _, c := range inv.Credentials {
+		secrets = append(secrets, c.Value)
+	}
+	scrubber := scrub.New(secrets)
+
+	// The backend enforces inv.Timeout itself and reports it; this
+	// context is only a safety net against a backend that hangs.
+	ctx, cancel := context.WithTimeout(ctx, inv.Timeout+runGrace)
+	defer cancel()
+	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials))
+	res, err := backend.Run(ctx, inv)
+	if err != nil {
+		err = s.scrubError(scrubber, err)
+		if res != nil && len(res.Logs) > 0 {
+			inv.Log.Warn("operator diagnostics", "stderr", string(scrubber.Bytes(res.Logs)))
+		}
+		inv.Log.Warn("run failed", "backend", backend.Name(), "code", errs.Code(err).String(), "error", err.Error(), "duration", time.Since(start).String())
+		return nil, err
+	}
+	if n := scrubber.Message(res.Output); n > 0 {
+		inv.Log.Warn("secrets scrubbed from the output", "replacements", n)
+	}
+	if len(res.Logs) > 0 {
+		inv.Log.Debug("operator diagnostics", "stderr", string(scrubber.Bytes(res.Logs)))
+	}
+	inv.Log.Info("run complete", "backend", backend.Name(), "duration", time.Since(start).String(),
+		"exit", res.Output.GetExitReason().GetKind().String())
+	return &environmentv1.RunResponse{
+		Output:   res.Output,
+		Backend:  backend.Name(),
+		Duration: durationpb.New(time.Since(start)),
+		Usage:    res.Usage,
+	}, nil
+}
+
+// prepare validates the request and resolves it into an invocation.
+func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*Invocation, Backend, error) {
+	spec := req.GetSpec()
+	if req.GetInput() == nil || spec == nil {
+		return nil, nil, fmt.Errorf("input and spec are required: %w", errs.InvalidArgument)
+	}
+	timeout := s.cfg.Defaults.Timeout
+	if spec.Timeout != nil {
+		timeout = spec.GetTimeout().AsDuration()
+		if max := s.cfg.Defaults.MaxTimeout; max > 0 && timeout > max {
+			return nil, nil, fmt.Errorf("spec.timeout %v is longer than this service allows (%v): %w", timeout, max, errs.InvalidArgument)
+		}
+	}
+	limits, err := ParseLimits(spec.GetResources(), s.cfg.Defaults.Limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	network, err := ParseNetwork(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	backend, err := s.choose(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	byRef := false
+	if r, ok := backend.(ByReference); ok {
+		byRef = r.SecretsByReference()
+	}
+	var (
+		creds    []Credential
+		sidecars []Credential
+		vars     = map[string]bool{}
+		paths    = map[string]bool{}
+	)
+	for i, ref := range spec.GetCredentials() {
+		c := Credential{Name: ref.GetName(), Injection: ref.GetInjection()}
+		switch m := c.Injection.GetMethod().(type) {
+		case *environmentv1.CredentialInjection_EnvVar:
+			if v := m.EnvVar.GetVarName(); vars[v] {
+				return nil, nil, fmt.Errorf("credentials[%d]: environment variable %s is injected twice: %w", i, v, errs.InvalidArgument)
+			} else {
+				vars[v] = true
+			}
+		case *environmentv1.CredentialInjection_File:
+			if p := m.File.GetPath(); paths[p] {
+				return nil, nil, fmt.Errorf("credentials[%d]: file %s is injected twice: %w", i, p, errs.InvalidArgument)
+			} else {
+				paths[p] = true
+			}
+		case *environmentv1.CredentialInjection_Sidecar:
+			if h := m.Sidecar.GetHeader(); h != "" && !validHeader(h) {
+				return nil, nil, fmt.Errorf("credentials[%d]: %q is not an HTTP header name: %w", i, h, errs.InvalidArgument)
+			}
+		}
+		if !byRef {
+			v, err := s.cfg.Secrets.Secret(ctx, c.Name)
+			if err != nil {
+				return nil, nil, fmt.Errorf("credentials[%d]: %w", i, err)
+			}
+			c.Value = v
+		}
+		if c.Injection.GetSidecar() != nil {
+			sidecars = append(sidecars, c)
+		}
+		creds = append(creds, c)
+	}
+	inputJSON, err := protojson.Marshal(req.GetInput())
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the input: %v: %w", err, errs.Internal)
+	}
+	id := newID()
+	inv := &Invocation{
+		ID:          id,
+		Input:       req.GetInput(),
+		InputJSON:   inputJSON,
+		Spec:        spec,
+		Limits:      limits,
+		Timeout:     timeout,
+		Network:     network,
+		Credentials: creds,
+		Log:         s.cfg.Log.With("invocation", id),
+	}
+	if !network.AllowsNothing() || len(sidecars) > 0 {
+		if s.cfg.Egress == nil {
+			return nil, nil, fmt.Errorf("the spec allows network egress, but this environment service runs no egress proxy: %w", errs.FailedPrecondition)
+		}
+		inv.Egress = func(path string) (func(), error) {
+			return s.cfg.Egress(path, network, sidecars, inv.Log)
+		}
+	}
+	return inv, backend, nil
+}
+
+// scrubError rebuilds err's status with a scrubbed message.
+func (s *Server) scrubError(sc *scrub.Scrubber, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("the caller canceled the run; every process of the invocation was stopped: %w", errs.Canceled)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("the deadline passed before the run ended; every process of the invocation was stopped: %w", errs.DeadlineExceeded)
+	}
+	st := errs.ToStatus(err).Proto()
+	st.Message = sc.String(st.GetMessage())
+	return errs.FromGRPC(status.FromProto(st).Err())
+}
+
+// validHeader reports whether h is an HTTP header field name (a token).
+func validHeader(h string) bool {
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	return h != ""
+}
+
+// newID returns a random invocation id: "inv-" and 16 hex digits.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "inv-" + hex.EncodeToString(b[:])
+}
