@@ -21,7 +21,9 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
@@ -183,7 +185,7 @@ func text(resp *environmentv1.RunResponse) string {
 
 func wantCode(t *testing.T, err error, code codes.Code, contains ...string) {
 	t.Helper()
-	if status.Code(err) != code {
+	if errs.Code(err) != code {
 		t.Fatalf("got %v, want %v", err, code)
 	}
 	for _, c := range contains {
@@ -245,3 +247,17 @@ func (s *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+func textContent(s string) *typesv1.Content { return content.Text(s) }
