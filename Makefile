@@ -55,11 +55,12 @@ run: build ## Bring the system up locally (placeholder until every service exist
 	@echo "Each binary serves alone, e.g.: bin/state --dev --data-dir .data/state"
 
 .PHONY: bench
-bench: ## Run the benchmarks (never part of make test), then the StateService, operator and orchestrator tables (scripts/bench-*.sh).
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$)
+bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator and environment tables (scripts/bench-*.sh).
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$ -e /services/environment/benchmark)
 	bash scripts/bench-state.sh
 	bash scripts/bench-operator.sh
 	bash scripts/bench-orchestrator.sh
+	bash scripts/bench-environment.sh
 
 .PHONY: clean
 clean: ## Remove build output.
