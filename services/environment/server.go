@@ -89,14 +89,14 @@ func NewServer(cfg Config) (*Server, error) {
 
 // choose picks the backend that enforces spec's outermost boundaries.
 func (s *Server) choose(spec *environmentv1.EnvironmentSpec) (Backend, error) {
-	name, role := s.cfg.Default, "default"
+	name, role, why := s.cfg.Default, "default", ""
 	for _, k := range Kinds(spec) {
 		switch k {
 		case KindContainer, KindGvisor:
-			name, role = s.cfg.Container, "container"
+			name, role, why = s.cfg.Container, "container", "isolation "+k+" needs a container backend: "
 		case KindProcess:
 			if role == "default" {
-				name, role = s.cfg.Process, "process"
+				name, role, why = s.cfg.Process, "process", "isolation process needs the process backend: "
 			}
 		case KindNetworkPolicy:
 		default:
@@ -104,7 +104,7 @@ func (s *Server) choose(spec *environmentv1.EnvironmentSpec) (Backend, error) {
 		}
 	}
 	if name == "" {
-		return nil, fmt.Errorf("this environment service has no %s backend (configured: %s): %w", role, s.names(), errs.FailedPrecondition)
+		return nil, fmt.Errorf("%sthis environment service has no %s backend (configured: %s): %w", why, role, s.names(), errs.FailedPrecondition)
 	}
 	b := s.backends[name]
 	if err := b.Check(spec); err != nil {

@@ -1,0 +1,391 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/environment"
+)
+
+// Sizes of the container's tmpfs mounts. They count against the memory
+// limit.
+const (
+	workspaceSize = "256m"
+	tmpSize       = "64m"
+)
+
+// maxLogBytes bounds the stderr kept as Result.Logs (its end is kept).
+const maxLogBytes = 1 << 20
+
+// Bounds of the engine calls made after the run, whatever ctx says.
+const (
+	killTimeout    = 10 * time.Second
+	inspectTimeout = 10 * time.Second
+	removeTimeout  = 30 * time.Second
+)
+
+// limitMemory names the memory limit in ResourceUsage.limits_hit.
+const limitMemory = "memory"
+
+// exitSIGKILL is the exit status of a process killed by SIGKILL.
+const exitSIGKILL = 128 + 9
+
+// Run runs inv's operator in a new container and returns its output. See
+// environment.Backend for the errors; in short: FAILED_PRECONDITION for a
+// spec it cannot enforce or an image the engine does not have,
+// RESOURCE_EXHAUSTED for the memory, CPU time and output limits,
+// DEADLINE_EXCEEDED for inv.Timeout, CANCELED when ctx ends, UNAVAILABLE
+// (Retryable) when the engine fails, and the operator's own status. The
+// container, its per-invocation directory and the egress proxy are gone
+// when Run returns.
+func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*environment.Result, error) {
+	if err := b.Check(inv.Spec); err != nil {
+		return nil, err
+	}
+	// The service's defaults may set what the spec did not.
+	if err := checkLimits(inv.Limits); err != nil {
+		return nil, err
+	}
+	log := inv.Log
+	if log == nil {
+		log = b.log.With("invocation", inv.ID)
+	}
+	for _, c := range inv.Credentials {
+		if f := c.Injection.GetFile(); f != nil {
+			if err := b.checkFilePath(f.GetPath()); err != nil {
+				return nil, fmt.Errorf("credential %s: %v: %w", c.Name, err, errs.FailedPrecondition)
+			}
+		}
+	}
+
+	dir, err := os.MkdirTemp(b.workDir, invDirPattern)
+	if err != nil {
+		return nil, fmt.Errorf("creating the invocation's directory: %v: %w", err, errs.Retryable)
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("could not remove the invocation's directory", "dir", dir, "error", err)
+		}
+	}()
+
+	args := slices.Clone(b.operatorArgs)
+	var mounts []mount.Mount
+	if inv.Egress != nil {
+		m, stop, err := startEgress(dir, inv.Egress)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		mounts = append(mounts, m)
+		args = append(args, "--egress-proxy", "unix://"+EgressSocket)
+	}
+	args = append(args, "--workspace", Workspace)
+	args = append(args, environment.OneShotArgs()...)
+	fm, err := writeFileCredentials(dir, inv.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, fm...)
+
+	image := b.image(inv.Spec)
+	created, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: "neuron-" + inv.ID,
+		Config: &container.Config{
+			Image:        image,
+			Entrypoint:   []string{b.operatorPath},
+			Cmd:          args,
+			Env:          environment.CredentialEnv(inv.Credentials),
+			User:         ContainerUser,
+			WorkingDir:   Workspace,
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			OpenStdin:    true,
+			StdinOnce:    true,
+			Labels:       map[string]string{LabelInvocation: inv.ID},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    "none",
+			ReadonlyRootfs: true,
+			Tmpfs: map[string]string{
+				Workspace: "rw,nosuid,nodev,size=" + workspaceSize + ",mode=1777",
+				"/tmp":    "rw,nosuid,nodev,size=" + tmpSize + ",mode=1777",
+			},
+			Mounts:      mounts,
+			CapDrop:     []string{"ALL"},
+			SecurityOpt: []string{"no-new-privileges"},
+			// Output travels over the attach stream only; the engine
+			// keeps no copy of it.
+			LogConfig: container.LogConfig{Type: "none"},
+			Runtime:   b.runtimeFor(inv.Spec),
+			Resources: resources(inv.Limits),
+		},
+	})
+	if err != nil {
+		if ctx.Err() == nil && cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("image %q: no such image on the docker engine; build it with make images: %w", image, errs.FailedPrecondition)
+		}
+		return nil, b.engineErr(ctx, "creating the container", err)
+	}
+	defer b.remove(ctx, created.ID, log)
+	for _, w := range created.Warnings {
+		// E.g. a kernel without swap accounting, where the swap limit
+		// is not enforced.
+		log.Warn("the docker engine warned about the container", "warning", w)
+	}
+	if b.afterCreate != nil {
+		b.afterCreate(ctx, created.ID)
+	}
+	return b.run(ctx, inv, created.ID, log)
+}
+
+// run attaches to the created container, starts it, feeds it the input
+// and collects its output until it exits or a limit ends it.
+func (b *Backend) run(ctx context.Context, inv *environment.Invocation, id string, log *slog.Logger) (*environment.Result, error) {
+	att, err := b.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, b.engineErr(ctx, "attaching to the container", err)
+	}
+	defer att.Close()
+
+	// The wait is registered before the start, so the exit cannot be
+	// missed; it ends when Run returns, not when ctx does (Run kills the
+	// container first).
+	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWait()
+	wait := b.cli.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+
+	if _, err := b.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return nil, b.engineErr(ctx, "starting the container", err)
+	}
+
+	// A container that exits without reading its input fails the write;
+	// its exit status says why, so the write error is only logged.
+	go func() {
+		if _, err := att.Conn.Write(inv.InputJSON); err != nil {
+			log.Debug("writing the operator input", "error", err)
+			return
+		}
+		if err := att.CloseWrite(); err != nil {
+			log.Debug("closing the operator's stdin", "error", err)
+		}
+	}()
+
+	stdout := &cappedBuffer{max: inv.Limits.MaxOutputBytes}
+	stderr := &tailBuffer{max: maxLogBytes}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+
+	timer := time.NewTimer(inv.Timeout)
+	defer timer.Stop()
+	var exit *container.WaitResponse
+	waitResult, waitErr := wait.Result, wait.Error
+	for exit == nil || copied != nil {
+		select {
+		case <-ctx.Done():
+			b.kill(ctx, id, log)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("the request's deadline passed before the operator finished; its container was killed: %w", errs.DeadlineExceeded)
+			}
+			return nil, fmt.Errorf("the invocation was cancelled; its container was killed: %w", errs.Canceled)
+		case <-timer.C:
+			b.kill(ctx, id, log)
+			return nil, fmt.Errorf("the invocation ran past its timeout of %v; its container was killed: %w", inv.Timeout, errs.DeadlineExceeded)
+		case err := <-copied:
+			copied = nil
+			if errors.Is(err, errOutputLimit) {
+				b.kill(ctx, id, log)
+				return nil, fmt.Errorf("the operator wrote more than max_output_bytes (%d bytes) on stdout; its container was killed: %w", inv.Limits.MaxOutputBytes, errs.ResourceExhausted)
+			}
+			if err != nil {
+				// The exit status still decides; a torn stream shows as
+				// an undecodable output.
+				log.Warn("reading the container's output", "error", err)
+			}
+		case r := <-waitResult:
+			exit = &r
+			waitResult, waitErr = nil, nil
+		case err := <-waitErr:
+			return nil, b.engineErr(ctx, "waiting for the container", err)
+		}
+	}
+	if exit.Error != nil && exit.Error.Message != "" {
+		return nil, fmt.Errorf("waiting for the container: the docker engine at %s reported %q: %w", b.host, exit.Error.Message, errs.Retryable)
+	}
+	code := int(exit.StatusCode)
+	logs := stderr.Bytes()
+	usage := &environmentv1.ResourceUsage{}
+	oom := b.oomKilled(ctx, id, log)
+	if oom {
+		usage.LimitsHit = append(usage.LimitsHit, limitMemory)
+	}
+	out, err := environment.DecodeOutput(stdout.Bytes(), logs, code)
+	if err != nil {
+		switch {
+		case oom:
+			return nil, fmt.Errorf("memory limit reached: the operator was killed at its limit of %d bytes; raise resources.memory: %w", inv.Limits.MemoryBytes, errs.ResourceExhausted)
+		case code == exitSIGKILL && inv.Limits.CPUTime > 0:
+			return nil, fmt.Errorf("CPU time limit reached: the operator was killed (SIGKILL) with a CPU time limit of %v per process; raise resources.cpu_time: %w", inv.Limits.CPUTime, errs.ResourceExhausted)
+		}
+		return nil, err
+	}
+	return &environment.Result{Output: out, Usage: usage, Logs: logs}, nil
+}
+
+// resources maps the invocation's limits to the container's cgroup and
+// rlimit settings. Swap is never allowed beyond the memory limit.
+func resources(l environment.Limits) container.Resources {
+	var r container.Resources
+	if l.MemoryBytes > 0 {
+		r.Memory = l.MemoryBytes
+		r.MemorySwap = l.MemoryBytes
+	}
+	if l.CPUMillis > 0 {
+		r.NanoCPUs = l.CPUMillis * 1_000_000
+	}
+	if l.MaxProcesses > 0 {
+		n := int64(l.MaxProcesses)
+		r.PidsLimit = &n
+	}
+	if l.CPUTime > 0 {
+		// RLIMIT_CPU is in whole seconds. Soft and hard are equal: Go
+		// ignores SIGXCPU, so the hard limit's SIGKILL is what stops it.
+		s := int64(math.Ceil(l.CPUTime.Seconds()))
+		r.Ulimits = []*container.Ulimit{{Name: "cpu", Soft: s, Hard: s}}
+	}
+	return r
+}
+
+// startEgress starts the invocation's egress proxy on a socket in
+// <dir>/egress, readable and connectable by the container's user, and
+// returns the read-only bind mount of that directory at EgressDir.
+func startEgress(dir string, start func(path string) (func(), error)) (mount.Mount, func(), error) {
+	ed := filepath.Join(dir, "egress")
+	if err := os.Mkdir(ed, 0o755); err != nil {
+		return mount.Mount{}, nil, fmt.Errorf("creating the egress socket's directory: %v: %w", err, errs.Retryable)
+	}
+	// Mkdir's mode is filtered by the umask.
+	if err := os.Chmod(ed, 0o755); err != nil {
+		return mount.Mount{}, nil, fmt.Errorf("creating the egress socket's directory: %v: %w", err, errs.Retryable)
+	}
+	sock := filepath.Join(ed, filepath.Base(EgressSocket))
+	stop, err := start(sock)
+	if err != nil {
+		var k *errs.Kind
+		if errors.As(err, &k) {
+			return mount.Mount{}, nil, fmt.Errorf("starting the egress proxy: %w", err)
+		}
+		return mount.Mount{}, nil, fmt.Errorf("starting the egress proxy: %v: %w", err, errs.Retryable)
+	}
+	// Connecting to a Unix socket needs write permission on it. Only the
+	// container's user can reach it: the invocation's directory is
+	// private to the service on the host.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		stop()
+		return mount.Mount{}, nil, fmt.Errorf("making the egress socket usable by the operator: %v: %w", err, errs.Retryable)
+	}
+	return mount.Mount{Type: mount.TypeBind, Source: ed, Target: EgressDir, ReadOnly: true}, stop, nil
+}
+
+// writeFileCredentials writes each file credential to a file under
+// <dir>/credentials, mode 0400 and owned by the container's user, and
+// returns the read-only bind mounts putting them at their paths. When the
+// service may not chown (it does not run as root), the files are 0444
+// instead; the directory holding them stays private to the service.
+func writeFileCredentials(dir string, creds []environment.Credential) ([]mount.Mount, error) {
+	var mounts []mount.Mount
+	cd := filepath.Join(dir, "credentials")
+	for i, c := range creds {
+		f := c.Injection.GetFile()
+		if f == nil {
+			continue
+		}
+		if len(mounts) == 0 {
+			if err := os.Mkdir(cd, 0o700); err != nil {
+				return nil, fmt.Errorf("creating the credentials directory: %v: %w", err, errs.Retryable)
+			}
+		}
+		host := filepath.Join(cd, strconv.Itoa(i))
+		if err := os.WriteFile(host, []byte(c.Value), 0o400); err != nil {
+			return nil, fmt.Errorf("writing credential %s: %v: %w", c.Name, err, errs.Retryable)
+		}
+		if err := os.Chown(host, containerUID, containerGID); err != nil {
+			if err := os.Chmod(host, 0o444); err != nil {
+				return nil, fmt.Errorf("writing credential %s: %v: %w", c.Name, err, errs.Retryable)
+			}
+		}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: host, Target: f.GetPath(), ReadOnly: true})
+	}
+	return mounts, nil
+}
+
+// oomKilled reports whether the engine saw the container's memory limit
+// kill a process of it; false when it cannot tell.
+func (b *Backend) oomKilled(ctx context.Context, id string, log *slog.Logger) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+	defer cancel()
+	res, err := b.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		log.Warn("inspecting the exited container", "container", id, "error", err)
+		return false
+	}
+	return res.Container.State != nil && res.Container.State.OOMKilled
+}
+
+// kill sends SIGKILL to the container, with a fresh bounded context.
+func (b *Backend) kill(ctx context.Context, id string, log *slog.Logger) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
+	if _, err := b.cli.ContainerKill(kctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		// It may have exited already; the removal that follows kills it
+		// anyway.
+		log.Debug("killing the container", "container", id, "error", err)
+	}
+}
+
+// remove force-removes the container, with a fresh bounded context.
+func (b *Backend) remove(ctx context.Context, id string, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if _, err := b.cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		log.Error("could not remove the container; remove it by hand", "container", id, "error", err)
+	}
+}
+
+// engineErr classifies an engine call's failure: CANCELED or
+// DEADLINE_EXCEEDED when ctx ended, FAILED_PRECONDITION when the engine
+// refused the request (a bad runtime, a limit out of its range), else
+// UNAVAILABLE (Retryable): the engine is down or failed.
+func (b *Backend) engineErr(ctx context.Context, what string, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s: the request's deadline passed: %w", what, errs.DeadlineExceeded)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", what, errs.Canceled)
+	case cerrdefs.IsInvalidArgument(err) || cerrdefs.IsConflict(err):
+		return fmt.Errorf("%s: the docker engine refused it: %v: %w", what, err, errs.FailedPrecondition)
+	case client.IsErrConnectionFailed(err):
+		return fmt.Errorf("%s: the docker engine at %s is unreachable: %v: %w", what, b.host, err, errs.Retryable)
+	default:
+		return fmt.Errorf("%s: the docker engine at %s failed: %v: %w", what, b.host, err, errs.Retryable)
+	}
+}
