@@ -37,8 +37,12 @@ lint: ## go vet, gofmt, buf lint, buf format, buf breaking (against main).
 		$(BUF) breaking --against '.git#branch=main'; \
 	else echo "buf breaking: no local main branch; skipped"; fi
 
+.PHONY: test-deps
+test-deps: ## Install what the tests use beyond Go when missing (docker.io, etcd, curl via apt-get; kube-apiserver built once into ~/.cache/neuron).
+	bash scripts/test-deps.sh
+
 .PHONY: test
-test: ## Run every test with the race detector.
+test: test-deps ## Run every test with the race detector (after test-deps).
 	$(GO) test $(TESTFLAGS) ./...
 
 .PHONY: build

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test-deps.sh: what `make test` needs beyond Go, installed when missing
+# and possible (root with apt-get): the Docker engine (docker.io) for the
+# container backend's tests, etcd for the kube-apiserver the Kubernetes
+# tests start, curl for the sandbox's network attack tests; then the
+# kube-apiserver binary, built once and cached outside the repo
+# (scripts/kube-apiserver.sh). Tests that still lack something skip with
+# the reason, so this script never fails the build for a missing extra.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A pkg=([dockerd]=docker.io [etcd]=etcd-server [curl]=curl)
+missing=()
+for cmd in "${!pkg[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${pkg[$cmd]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test-deps: installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || echo "test-deps: apt-get failed; the tests that need ${missing[*]} will skip"
+  else
+    echo "test-deps: ${missing[*]} missing and cannot be installed here (needs root and apt-get); those tests will skip"
+  fi
+fi
+
+if [ "${NEURON_SKIP_KUBE_BUILD:-}" = 1 ]; then
+  echo "test-deps: NEURON_SKIP_KUBE_BUILD=1: not building kube-apiserver; the tests that need it will skip"
+else
+  bash scripts/kube-apiserver.sh >/dev/null || echo "test-deps: kube-apiserver could not be built; the tests that need it will skip"
+fi
+exit 0
