@@ -39,6 +39,7 @@ END {
   base = m("ForkExec", "p50-us")
   printf "| fork/exec of the one-shot operator | %.1f | %.1f | %.1f | (baseline) | peak RSS %.1f MB |\n", base / 1000, m("ForkExec", "p99-us") / 1000, m("ForkExec", "runs/s"), m("ForkExec", "peak-rss-MB")
   if (n["Process"]) printf "| Run, process backend | %.1f | %.1f | %.1f | %+.1f ms | cgroup peak %.1f MB |\n", m("Process", "p50-us") / 1000, m("Process", "p99-us") / 1000, m("Process", "runs/s"), (m("Process", "p50-us") - base) / 1000, m("Process", "peak-mem-MB")
+  if (n["Docker"]) printf "| Run, docker backend (FROM scratch image) | %.1f | %.1f | %.1f | %+.1f ms | |\n", m("Docker", "p50-us") / 1000, m("Docker", "p99-us") / 1000, m("Docker", "runs/s"), (m("Docker", "p50-us") - base) / 1000
   if (n["Local"]) printf "| Run, local backend (operator already serving) | %.2f | %.2f | %.0f | n/a (no process start) | |\n", m("Local", "p50-us") / 1000, m("Local", "p99-us") / 1000, m("Local", "runs/s")
   print ""
   print "Peak RSS is getrusage ru_maxrss of the operator process; cgroup peak is the invocation cgroup'"'"'s"

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
@@ -24,7 +25,9 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/environment"
+	"github.com/secbear/neuron/services/environment/docker"
 	"github.com/secbear/neuron/services/environment/local"
 	"github.com/secbear/neuron/services/environment/process"
 )
@@ -96,8 +99,11 @@ func serve(b *testing.B, backends []environment.Backend, def string) environment
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	cfg := environment.Config{Backends: backends, Default: def, Defaults: environment.DefaultDefaults(), Log: log,
 		Egress: environment.NewEgressFactory(environment.EgressOptions{})}
-	if def == "process" {
+	switch def {
+	case "process":
 		cfg.Process = "process"
+	case "docker":
+		cfg.Container = "docker"
 	}
 	es, err := environment.NewServer(cfg)
 	if err != nil {
@@ -181,5 +187,37 @@ func BenchmarkLocal(b *testing.B) {
 	}
 	b.ResetTimer()
 	res := benchkit.Concurrent(b, 1, func(_, _ int) error { return run(client, nil) })
+	res.Report(b, "runs/s")
+}
+
+func BenchmarkDocker(b *testing.B) {
+	eng := testenv.Docker(b) // skips when no engine can start
+	cli, err := client.New(client.WithHost(eng.Host))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const image = "neuron/operator:bench"
+	if err := docker.BuildImage(ctx, cli, "../../operator/Dockerfile", operatorBin, "/etc/ssl/certs/ca-certificates.crt", image); err != nil {
+		b.Fatal(err)
+	}
+	db, err := docker.New(docker.Config{Host: eng.Host, DefaultImage: image, OperatorArgs: operatorArgs, WorkDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	srv := serve(b, []environment.Backend{db}, "docker")
+	spec := &environmentv1.EnvironmentSpec{Isolation: []*environmentv1.IsolationBoundary{{
+		Kind: &environmentv1.IsolationBoundary_Container{Container: &environmentv1.ContainerIsolation{}}}}}
+	b.ResetTimer()
+	res := benchkit.Concurrent(b, 1, func(_, _ int) error {
+		resp, err := srv.Run(context.Background(), &environmentv1.RunRequest{Input: input(), Spec: spec})
+		if err != nil {
+			return err
+		}
+		return check(resp.GetOutput())
+	})
 	res.Report(b, "runs/s")
 }

@@ -13,6 +13,10 @@
 //     backend: a sandbox trampoline, Landlock, five namespaces, a cgroup,
 //     the operator, then the cgroup and work directory torn down. It
 //     reports the invocation's peak memory from its cgroup.
+//   - BenchmarkDocker calls Run with the docker backend on a private
+//     Docker engine (pkg/testenv; skipped when none can start) and a FROM
+//     scratch image of the same operator binary built through the
+//     engine: create, attach, start, wait, remove.
 //   - BenchmarkLocal calls Run with the local backend, forwarding to an
 //     operator service already running (no process start at all).
 //

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -306,44 +305,10 @@ func assertEmptyDir(t *testing.T, dir string) {
 // through the engine's build API.
 func buildImage(t *testing.T, cli *client.Client, dockerfile, binary, tag string) {
 	t.Helper()
-	bc, err := BuildContext(dockerfile, binary, caBundle)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := cli.ImageBuild(ctx, bc, client.ImageBuildOptions{
-		Tags:        []string{tag},
-		Remove:      true,
-		ForceRemove: true,
-		Version:     build.BuilderV1,
-	})
-	if err != nil {
-		t.Fatalf("image build: %v", err)
-	}
-	defer res.Body.Close()
-	var progress strings.Builder
-	dec := json.NewDecoder(res.Body)
-	for {
-		var msg struct {
-			Stream      string `json:"stream"`
-			Error       string `json:"error"`
-			ErrorDetail *struct {
-				Message string `json:"message"`
-			} `json:"errorDetail"`
-		}
-		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("image build output: %v\n%s", err, progress.String())
-		}
-		progress.WriteString(msg.Stream)
-		if msg.Error != "" {
-			t.Fatalf("image build: %s\n%s", msg.Error, progress.String())
-		}
-	}
-	if _, err := cli.ImageInspect(ctx, tag); err != nil {
-		t.Fatalf("image %s after the build: %v\n%s", tag, err, progress.String())
+	if err := BuildImage(ctx, cli, dockerfile, binary, caBundle, tag); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -3,12 +3,18 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/client"
 )
 
 // CABundleName is the name of the CA bundle in a build context, what the
@@ -115,4 +121,45 @@ func (s *fileStream) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// BuildImage builds the image tag from dockerfile, the binary and the CA
+// bundle (see BuildContext) through the engine's build API, and checks the
+// image exists afterwards. The error quotes the build's output.
+func BuildImage(ctx context.Context, cli *client.Client, dockerfile, binary, caBundle, tag string) error {
+	bc, err := BuildContext(dockerfile, binary, caBundle)
+	if err != nil {
+		return err
+	}
+	res, err := cli.ImageBuild(ctx, bc, client.ImageBuildOptions{
+		Tags:        []string{tag},
+		Remove:      true,
+		ForceRemove: true,
+		Version:     build.BuilderV1,
+	})
+	if err != nil {
+		return fmt.Errorf("image build: %w", err)
+	}
+	defer res.Body.Close()
+	var progress strings.Builder
+	dec := json.NewDecoder(res.Body)
+	for {
+		var msg struct {
+			Stream string `json:"stream"`
+			Error  string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("image build output: %v\n%s", err, progress.String())
+		}
+		progress.WriteString(msg.Stream)
+		if msg.Error != "" {
+			return fmt.Errorf("image build: %s\n%s", msg.Error, progress.String())
+		}
+	}
+	if _, err := cli.ImageInspect(ctx, tag); err != nil {
+		return fmt.Errorf("image %s after the build: %v\n%s", tag, err, progress.String())
+	}
+	return nil
 }
