@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,42 @@ func TestCgroupCPUQuota(t *testing.T) {
 	checkExit(t, res, 0, "done\n", "")
 	if res.Cgroup == nil || res.Cgroup.CPUThrottled == 0 {
 		t.Errorf("the busy loop was never throttled under a 0.1 core cap: %+v", res.Cgroup)
+	}
+}
+
+// Files appear, read-only, at their absolute paths in the child's own
+// mount namespace, and nowhere on the host.
+func TestFiles(t *testing.T) {
+	requireLandlock(t)
+	p := policy(t)
+	p.Namespaces = sandbox.Namespaces{User: true}
+	p.Files = []sandbox.File{
+		{Path: "/run/neuron-sandbox-test/secrets/token", Data: []byte("tok-123")},
+		{Path: "/run/neuron-sandbox-test/other", Data: []byte("two")},
+	}
+	res := sh(t, p, `cat /run/neuron-sandbox-test/secrets/token; echo; cat /run/neuron-sandbox-test/other; echo; echo x > /run/neuron-sandbox-test/other && echo WROTE; ls /run | wc -l`)
+	if !strings.HasPrefix(string(res.Stdout), "tok-123\ntwo\n") || strings.Contains(string(res.Stdout), "WROTE") {
+		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat("/run/neuron-sandbox-test"); err == nil {
+		t.Error("the file leaked onto the host")
+	}
+	for _, bad := range []struct{ path, says string }{
+		{"/etc/passwd", "exists on the host"},
+		{"/neuron-no-such-top/x", "cover /"},
+		{"/usr/share/neuron-no-such/x", "granted"},
+		{"relative/x", "absolute"},
+	} {
+		q := p
+		q.Files = []sandbox.File{{Path: bad.path, Data: []byte("x")}}
+		_, err := sandbox.Run(t.Context(), q, []string{"/bin/true"}, nil)
+		if !errors.Is(err, sandbox.ErrFilePlacement) || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("%s: got %v, want ErrFilePlacement saying %q", bad.path, err, bad.says)
+		}
+	}
+	q := p
+	q.Namespaces = sandbox.Namespaces{}
+	if _, err := sandbox.Run(t.Context(), q, []string{"/bin/true"}, nil); !errors.Is(err, sandbox.ErrFilePlacement) {
+		t.Errorf("files without a user namespace: %v", err)
 	}
 }

@@ -68,6 +68,17 @@ type Policy struct {
 	// Namespaces puts the child in new Linux namespaces.
 	Namespaces Namespaces
 
+	// Files are placed read-only (mode 0400) at absolute paths that
+	// only the child sees, for credentials a program expects in a file.
+	// They need a private mount namespace (Namespaces.User, which Run
+	// then pairs with a new mount namespace): the deepest existing
+	// ancestor directory of each path gets a fresh tmpfs in the child's
+	// namespace, so that directory's host contents are hidden from the
+	// child. Run refuses a path whose ancestor is "/" or holds, or lies
+	// under, a path the child is granted (hiding it would break the
+	// child), and a path that exists on the host.
+	Files []File
+
 	// Cgroup, when set, puts the whole process tree in a fresh control
 	// group with these limits (see Cgroup). Run fails with an error
 	// wrapping ErrUnsupported when no cgroup can be created here.
@@ -153,6 +164,14 @@ type CgroupStats struct {
 	// CPUThrottled counts the periods in which the CPU cap throttled
 	// the tree.
 	CPUThrottled int64
+}
+
+// File is a file placed in the child's private view of the filesystem.
+type File struct {
+	// Path is where the child finds it, absolute.
+	Path string
+	// Data is its content.
+	Data []byte
 }
 
 // Namespaces selects new Linux namespaces for the child. As root every

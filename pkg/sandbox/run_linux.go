@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,7 +102,16 @@ func Run(ctx context.Context, p Policy, argv []string, stdin io.Reader) (*Result
 		grants = append(grants, grant{Path: dir, Write: true})
 		p.Env = setEnv(p.Env, "TMPDIR", dir)
 	}
+	mounts, err := p.fileMounts(grants)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range p.Files {
+		grants = append(grants, grant{Path: filepath.Clean(f.Path)})
+	}
 	cfg := childConfig{
+		Mounts:          mounts,
+		Files:           p.Files,
 		Argv:            argv,
 		Env:             p.Env,
 		Grants:          grants,
@@ -109,6 +120,71 @@ func Run(ctx context.Context, p Policy, argv []string, stdin io.Reader) (*Result
 		RestrictNetwork: p.RestrictNetwork && confined,
 	}
 	return run(ctx, p, cfg, stdin)
+}
+
+// ErrFilePlacement is wrapped by the errors of Run when a Policy.Files
+// path cannot be placed (see Policy.Files).
+var ErrFilePlacement = errors.New("sandbox: cannot place the file")
+
+// fileMounts returns the directories that get a tmpfs for p.Files: for
+// each file the deepest ancestor that exists on the host, keeping only
+// the outermost of nested ones. See Policy.Files for what is refused.
+func (p Policy) fileMounts(grants []grant) ([]string, error) {
+	if len(p.Files) == 0 {
+		return nil, nil
+	}
+	if !p.Namespaces.User {
+		return nil, fmt.Errorf("%w: Policy.Files needs Namespaces.User (a private mount namespace)", ErrFilePlacement)
+	}
+	var mounts []string
+	seen := map[string]bool{}
+	for _, f := range p.Files {
+		path := filepath.Clean(f.Path)
+		if !filepath.IsAbs(f.Path) || path == "/" {
+			return nil, fmt.Errorf("%w: %q is not an absolute file path", ErrFilePlacement, f.Path)
+		}
+		if seen[path] {
+			return nil, fmt.Errorf("%w: %s is given twice", ErrFilePlacement, path)
+		}
+		seen[path] = true
+		if _, err := os.Lstat(path); err == nil {
+			return nil, fmt.Errorf("%w: %s exists on the host; only new paths can be placed", ErrFilePlacement, path)
+		}
+		dir := filepath.Dir(path)
+		for {
+			if _, err := os.Lstat(dir); err == nil {
+				break
+			}
+			dir = filepath.Dir(dir)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s: its deepest existing ancestor %s is not a directory", ErrFilePlacement, path, dir)
+		}
+		if dir == "/" {
+			return nil, fmt.Errorf("%w: %s: a tmpfs would have to cover /", ErrFilePlacement, path)
+		}
+		for _, g := range grants {
+			if within(g.Path, dir) || within(dir, g.Path) {
+				return nil, fmt.Errorf("%w: %s: covering %s with a tmpfs would hide %s, which the child is granted", ErrFilePlacement, path, dir, g.Path)
+			}
+		}
+		mounts = append(mounts, dir)
+	}
+	// Keep the outermost of nested mount points.
+	slices.Sort(mounts)
+	out := mounts[:0]
+	for _, m := range mounts {
+		if len(out) > 0 && within(m, out[len(out)-1]) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// within reports whether path is dir or lies beneath it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // grants lists the paths of p for Landlock, checking that the caller's
@@ -144,7 +220,7 @@ func (p Policy) grants() ([]grant, error) {
 
 // sysProcAttr is the trampoline's process attributes: its own process
 // group, SIGKILL if the calling thread dies, and the namespaces.
-func (n Namespaces) sysProcAttr() *syscall.SysProcAttr {
+func (n Namespaces) sysProcAttr(mountNS bool) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if n.User {
 		a.Cloneflags |= syscall.CLONE_NEWUSER
@@ -163,6 +239,9 @@ func (n Namespaces) sysProcAttr() *syscall.SysProcAttr {
 	}
 	if n.UTS {
 		a.Cloneflags |= syscall.CLONE_NEWUTS
+	}
+	if mountNS {
+		a.Cloneflags |= syscall.CLONE_NEWNS
 	}
 	return a
 }
@@ -202,7 +281,7 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 		Stdout:      stdout,
 		Stderr:      stderr,
 		ExtraFiles:  []*os.File{cfgR, statusW}, // configFD, statusFD
-		SysProcAttr: p.Namespaces.sysProcAttr(),
+		SysProcAttr: p.Namespaces.sysProcAttr(len(cfg.Mounts) > 0),
 		WaitDelay:   waitDelay,
 	}
 	start := time.Now()

@@ -33,6 +33,10 @@ type childConfig struct {
 	Limits          Limits   `json:"limits"`
 	Confine         bool     `json:"confine"`
 	RestrictNetwork bool     `json:"restrict_network,omitempty"`
+	// Mounts are the directories that get a private tmpfs, and Files
+	// what is written in them, before Landlock (Policy.Files).
+	Mounts []string `json:"mounts,omitempty"`
+	Files  []File   `json:"files,omitempty"`
 }
 
 // mainCalled records that Main ran (and was not a trampoline); Run
@@ -87,6 +91,9 @@ func trampoline() {
 		fail("empty argv")
 	}
 
+	if err := placeFiles(c.Mounts, c.Files); err != nil {
+		fail("placing files: %v", err)
+	}
 	if c.Confine {
 		if err := confine(c.Grants, c.RestrictNetwork); err != nil {
 			fail("landlock: %v", err)
@@ -185,4 +192,30 @@ func lookPath(file string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("exec %s: executable file not found in PATH %q", file, path)
+}
+
+// placeFiles mounts a tmpfs on each of mounts, in the child's private
+// mount namespace (made private first, so nothing propagates to the
+// host), and writes files there, read-only to their owner.
+func placeFiles(mounts []string, files []File) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the mount namespace private: %v", err)
+	}
+	for _, m := range mounts {
+		if err := unix.Mount("tmpfs", m, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=4m"); err != nil {
+			return fmt.Errorf("mounting a tmpfs on %s: %v", m, err)
+		}
+	}
+	for _, f := range files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.Path, f.Data, 0o400); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -194,8 +194,14 @@ func TestAttackInjectedCredentialNeverComesBack(t *testing.T) {
 	spec := &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{
 		Name:      "ci-token",
 		Injection: &environmentv1.CredentialInjection{Method: &environmentv1.CredentialInjection_EnvVar{EnvVar: &environmentv1.EnvVarInjection{VarName: "CI_TOKEN"}}},
+	}, {
+		Name:      "ci-token",
+		Injection: &environmentv1.CredentialInjection{Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/run/neuron-test-secrets/token"}}},
 	}}}
-	got, resp := e.bash(t, `[ "$CI_TOKEN" = "`+token+`" ] && echo USABLE; echo "leak: $CI_TOKEN"; printf %s "$CI_TOKEN" | base64`, spec)
+	got, resp := e.bash(t, `[ "$CI_TOKEN" = "`+token+`" ] && [ "$(cat /run/neuron-test-secrets/token)" = "$CI_TOKEN" ] && echo USABLE; echo "leak: $CI_TOKEN"; printf %s "$CI_TOKEN" | base64`, spec)
+	if _, err := os.Stat("/run/neuron-test-secrets"); err == nil {
+		t.Error("the file credential appeared on the host")
+	}
 	if !strings.Contains(got, "USABLE") {
 		t.Errorf("the credential is not usable inside: %q", got)
 	}

@@ -53,9 +53,12 @@ func TestFailClosed(t *testing.T) {
 			codes.FailedPrecondition, []string{"GPU"}},
 		{"disk quota", &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Disk: proto.String("1Gi")}},
 			codes.FailedPrecondition, []string{"disk"}},
-		{"file credential", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
-			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/run/secrets/k"}}}}}},
-			codes.FailedPrecondition, []string{"credentials[0]", "env_var or sidecar"}},
+		{"file credential over a host file", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
+			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/etc/hostname"}}}}}},
+			codes.FailedPrecondition, []string{"file credential", "exists on the host"}},
+		{"file credential hiding system files", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
+			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/usr/local/neuron-secret/k"}}}}}},
+			codes.FailedPrecondition, []string{"file credential", "granted"}},
 		{"unknown credential", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{envCred("nope", "X")}},
 			codes.NotFound, []string{`"nope"`}},
 		{"same variable twice", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{envCred("k", "X"), envCred("k", "X")}},

@@ -8,6 +8,9 @@
 //     directories, the env_var credentials of the spec, and for sidecar
 //     credentials only a provider base URL and a placeholder key; nothing
 //     of the service's own environment;
+//   - file credentials at their paths, read-only, in a private mount
+//     namespace (a tmpfs over the deepest existing ancestor directory,
+//     which must be one the sandbox does not otherwise see, such as /run);
 //   - a Landlock ruleset: its workspace read-write, the system
 //     directories and the operator binary read-only, nothing else (no
 //     home directories, no /proc, no /etc beyond what programs need);
@@ -24,9 +27,10 @@
 // is in $NEURON_EGRESS_SOCKET for tools.
 //
 // A spec the backend cannot enforce is refused before anything starts:
-// another isolation kind, GPUs, a disk quota, file credentials (there is
-// no private mount namespace to place them in), or a host without
-// Landlock or a usable cgroup.
+// another isolation kind, GPUs, a disk quota, or a host without Landlock
+// or a usable cgroup; a file credential whose path cannot be placed (it
+// exists on the host, or its directory holds what the sandbox needs) is
+// refused when the run starts.
 package process
 
 import (
@@ -123,11 +127,6 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	if r.Disk != nil {
 		return fmt.Errorf("the process backend cannot cap disk use (resources.disk): there is no per-invocation filesystem quota; use the kubernetes backend: %w", errs.FailedPrecondition)
 	}
-	for i, c := range spec.GetCredentials() {
-		if c.GetInjection().GetFile() != nil {
-			return fmt.Errorf("credentials[%d] %q: the process backend cannot place files at absolute paths (it has no private mount namespace); inject it as env_var or sidecar, or use the container backend: %w", i, c.GetName(), errs.FailedPrecondition)
-		}
-	}
 	return nil
 }
 
@@ -162,6 +161,15 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	if names := toolEnv(inv, env); names != "" {
 		argv = append(argv, "--tool-env", names)
 	}
+	var files []string
+	for _, c := range inv.Credentials {
+		if f := c.Injection.GetFile(); f != nil {
+			files = append(files, f.GetPath())
+		}
+	}
+	if len(files) > 0 {
+		argv = append(argv, "--tool-read-only", strings.Join(files, ","))
+	}
 	argv = append(argv, environment.OneShotArgs()...)
 
 	lim := inv.Limits
@@ -180,10 +188,18 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		Namespaces: sandbox.Namespaces{User: true, PID: true, Net: true, IPC: true, UTS: true},
 		Cgroup:     &sandbox.Cgroup{MemoryBytes: lim.MemoryBytes, Pids: int64(lim.MaxProcesses), CPUMillis: lim.CPUMillis},
 	}
+	for _, c := range inv.Credentials {
+		if f := c.Injection.GetFile(); f != nil {
+			policy.Files = append(policy.Files, sandbox.File{Path: f.GetPath(), Data: []byte(c.Value)})
+		}
+	}
 	res, err := sandbox.Run(ctx, policy, argv, bytes.NewReader(inv.InputJSON))
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")
+		}
+		if errors.Is(err, sandbox.ErrFilePlacement) {
+			return nil, fmt.Errorf("a file credential cannot be placed: %v; choose a path that does not exist on the host, under a directory such as /run/secrets: %w", err, errs.FailedPrecondition)
 		}
 		if errors.Is(err, sandbox.ErrUnsupported) {
 			return nil, fmt.Errorf("%v: %w", err, errs.FailedPrecondition)

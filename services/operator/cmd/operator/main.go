@@ -81,6 +81,7 @@ type flags struct {
 	effectTools bool
 	toolTimeout time.Duration
 	toolEnv     string
+	toolRead    string
 	toolOutput  int
 	unconfined  bool
 	hookTimeout time.Duration
@@ -116,6 +117,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.tools, "tools", "read,write,edit,bash", "comma-separated built-in tools to enable (empty: none)")
 	fs.BoolVar(&f.effectTools, "effect-tools", true, "offer the effect tools (write_memory, delete_memory, delegate, handoff, signal)")
 	fs.StringVar(&f.toolEnv, "tool-env", "", "comma-separated names of this process's environment variables that bash commands get too (their environment is otherwise minimal), e.g. GITHUB_TOKEN")
+	fs.StringVar(&f.toolRead, "tool-read-only", "", "comma-separated extra files or directories bash commands may read (e.g. credential files)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 2*time.Minute, "default timeout of one tool call")
 	fs.IntVar(&f.toolOutput, "tool-max-output", 64<<10, "tool output beyond this many bytes is truncated, with a notice")
 	fs.BoolVar(&f.unconfined, "sandbox-unconfined", false, "run bash without Landlock when the kernel lacks it (only with --dev)")
@@ -388,8 +390,14 @@ func toolRegistry(f *flags, log *slog.Logger) (*tool.Registry, func(), error) {
 					env = append(env, strings.TrimSpace(name)+"="+v)
 				}
 			}
+			var readOnly []string
+			for _, p := range strings.Split(f.toolRead, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					readOnly = append(readOnly, p)
+				}
+			}
 			t = builtin.NewBash(dir, sandbox.Policy{
-				Workspace: dir, Env: env, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
+				Workspace: dir, Env: env, ReadOnly: readOnly, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
 			})
 		default:
 			closeWS()
