@@ -21,6 +21,7 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
@@ -92,6 +93,7 @@ type envOptions struct {
 	defaults     *environment.Defaults
 	extra        []environment.Backend
 	container    string
+	state        statev1.StateServiceClient
 }
 
 // startEnv serves an environment service with the process backend on a
@@ -123,6 +125,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		Secrets:   o.secrets,
 		Defaults:  d,
 		Egress:    environment.NewEgressFactory(o.egress),
+		State:     o.state,
 		Log:       log,
 	}
 	if cfg.Secrets == nil {
@@ -261,3 +264,14 @@ func freePort(t *testing.T) string {
 }
 
 func textContent(s string) *typesv1.Content { return content.Text(s) }
+
+// shortTemp is a temp dir with a short path, for Unix sockets (108 bytes).
+func shortTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

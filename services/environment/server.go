@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/environment/scrub"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	// proxies cannot be started, so a spec that allows any network is
 	// refused.
 	Egress EgressFactory
+	// State is the state service invocations read their session history
+	// from, through a read-only bridge; nil when there is none.
+	State statev1.StateServiceClient
 	// Log is the service logger.
 	Log *slog.Logger
 }
@@ -246,6 +250,9 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		Network:     network,
 		Credentials: creds,
 		Log:         s.cfg.Log.With("invocation", id),
+	}
+	if s.cfg.State != nil {
+		inv.State = func(path string) (func(), error) { return serveStateBridge(path, s.cfg.State, inv.Log) }
 	}
 	if !network.AllowsNothing() || len(sidecars) > 0 {
 		if s.cfg.Egress == nil {

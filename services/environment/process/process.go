@@ -156,6 +156,16 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		argv = append(argv, "--egress-proxy", "unix://"+sock)
 		env = append(env, "NEURON_EGRESS_SOCKET="+sock)
 	}
+	if inv.State != nil {
+		sock := filepath.Join(dir, "state.sock")
+		stop, err := inv.State(sock)
+		if err != nil {
+			return nil, fmt.Errorf("starting the state bridge: %v: %w", err, errs.Retryable)
+		}
+		defer stop()
+		// Plaintext over a socket in the invocation's private directory.
+		argv = append(argv, "--state-addr", "unix://"+sock, "--plaintext")
+	}
 	// Tools get the env_var credentials and the egress socket too: the
 	// bash tool otherwise starts commands with a minimal environment.
 	if names := toolEnv(inv, env); names != "" {

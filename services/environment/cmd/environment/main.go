@@ -31,6 +31,7 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/flagenv"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -62,6 +63,7 @@ func main() {
 type flags struct {
 	srv       grpcserver.Config
 	operator  grpcclient.Config
+	state     grpcclient.Config
 	dataDir   string
 	backend   string
 	container string
@@ -100,6 +102,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.SetOutput(stderr)
 	f.srv.BindFlags(fs)
 	f.operator.BindFlags(fs, "operator")
+	f.state.BindFlags(fs, "state")
 	d := environment.DefaultDefaults()
 	fs.StringVar(&f.dataDir, "data-dir", ".data/environment", "directory for per-invocation work directories (removed after each run)")
 	fs.StringVar(&f.backend, "backend", "process", "backend for specs that ask for no particular boundary: process, local (forwards to --operator-addr, no isolation), docker or kubernetes")
@@ -131,6 +134,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	f.operator.Dev, f.operator.Plaintext = f.srv.Dev, f.srv.Plaintext
+	f.state.Dev, f.state.Plaintext = f.srv.Dev, f.srv.Plaintext
 	if f.container == "" && (f.backend == "docker" || f.backend == "kubernetes") {
 		f.container = f.backend
 	}
@@ -171,6 +175,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Defaults:  defaults,
 		Egress:    egress,
 		Log:       log,
+	}
+	if f.state.Target != "" {
+		conn, err := grpcclient.Dial(f.state)
+		if err != nil {
+			return fmt.Errorf("--state-addr: %w", err)
+		}
+		defer conn.Close()
+		cfg.State = statev1.NewStateServiceClient(conn)
+		log.Info("invocations read session history through a read-only state bridge", "state", f.state.Target)
+	} else {
+		log.Warn("no --state-addr: invocations that name a session will be refused by the operator")
 	}
 	for _, b := range backends {
 		if b.Name() == "process" {
