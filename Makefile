@@ -52,6 +52,10 @@ build: ## Build every binary into bin/.
 		echo "go build -o $(BIN)/$$(basename $$d) ./$$d"; \
 		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$(basename $$d) ./$$d; done
 
+.PHONY: images
+images: ## Build the service images neuron/<svc>:dev (FROM scratch) on the engine DOCKER_HOST points at; SERVICES="state operator" for some, TAG=x to retag.
+	bash scripts/images.sh $(SERVICES)
+
 .PHONY: run
 run: build ## Bring the system up locally (placeholder until every service exists).
 	@echo "make run: the one-command local system (issue 8) is not built yet."
