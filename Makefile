@@ -38,8 +38,9 @@ lint: ## go vet, gofmt, buf lint, buf format, buf breaking (against main).
 	else echo "buf breaking: no local main branch; skipped"; fi
 
 .PHONY: test-deps
-test-deps: ## Install what the tests use beyond Go when missing (docker.io, etcd, curl via apt-get; kube-apiserver built once into ~/.cache/neuron).
+test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker.io, etcd, curl, Python gRPC, protoc; into ~/.cache/neuron: kube-apiserver, grpcurl, the Node gRPC modules).
 	bash scripts/test-deps.sh
+	bash scripts/client-deps.sh
 
 .PHONY: test
 test: test-deps ## Run every test with the race detector (after test-deps).
