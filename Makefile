@@ -58,10 +58,8 @@ images: ## Build the service images neuron/<svc>:dev (FROM scratch) on the engin
 	bash scripts/images.sh $(SERVICES)
 
 .PHONY: run
-run: build ## Bring the system up locally (placeholder until every service exists).
-	@echo "make run: the one-command local system (issue 8) is not built yet."
-	@echo "Built so far:"; ls -1 $(BIN) 2>/dev/null | sed 's/^/  bin\//' || true
-	@echo "Each binary serves alone, e.g.: bin/state --dev --data-dir .data/state"
+run: build ## Bring the whole system up locally and run the sample workflow; Ctrl-C stops it (RUN_ARGS=--demo-exit to stop after the demo).
+	bash scripts/run.sh $(RUN_ARGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator and environment tables (scripts/bench-*.sh).

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	c := &cli{
+		stdin:    os.Stdin,
+		stdout:   os.Stdout,
+		stderr:   os.Stderr,
+		getenv:   os.Getenv,
+		terminal: isTerminal(os.Stdout),
+	}
+	code := c.main(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// cli is one invocation of neuron: its standard streams and environment.
+// Commands write only through it, so tests can run them in process.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// terminal is true when stdout is a terminal: run draws a live
+	// progress line instead of plain lines.
+	terminal bool
+}
+
+// usage is the top-level help, with the exit codes.
+const usage = `neuron: the command line of the layer0 agent services
+
+Usage:
+  neuron up [flags]                       start the four services locally (dev mode) and keep them up
+  neuron run AGENT TASK... [flags]        dispatch AGENT with TASK through the orchestrator, streaming progress
+  neuron workflows list|show|signal|cancel
+  neuron state get|put|delete|list|search  read and write the State service
+  neuron events [flags]                   tail lifecycle events (budget, compaction, observability)
+  neuron help [COMMAND]
+
+Run 'neuron COMMAND --help' for a command's flags. Client commands talk to
+the orchestrator at 127.0.0.1:7070 (state: the State service at
+127.0.0.1:7072) unless --addr or NEURON_ORCHESTRATOR_ADDR /
+NEURON_STATE_ADDR say otherwise; --json prints one protojson object per line.
+
+Exit codes:
+  0      success
+  1      error (a service failed to start or died; a file could not be written)
+  2      usage error (bad flags or arguments)
+  3      the workflow ended without completing (exit kind not COMPLETE, or suspended)
+  10+N   the service answered with gRPC status code N, e.g. 15 NOT_FOUND (5),
+         24 UNAVAILABLE (14: is 'neuron up' running?), 11 CANCELED (Ctrl-C)
+`
+
+// main runs the command named by args[0] and returns the exit code.
+func (c *cli) main(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "up":
+		err = c.cmdUp(ctx, rest)
+	case "run":
+		err = c.cmdRun(ctx, rest)
+	case "workflows", "workflow", "wf":
+		err = c.cmdWorkflows(ctx, rest)
+	case "state":
+		err = c.cmdState(ctx, rest)
+	case "events":
+		err = c.cmdEvents(ctx, rest)
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" {
+			return c.main(ctx, []string{rest[0], "--help"})
+		}
+		fmt.Fprint(c.stdout, usage)
+		return exitOK
+	default:
+		err = usageErrorf("", "unknown command %q", cmd)
+	}
+	return c.report(err)
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/secbear/neuron/pkg/sandbox"
+)
+
+const upHelp = `Start the four services as child processes, each a real gRPC server on
+its own port in dev mode (no TLS, no auth): state, operator, environment
+and orchestrator, from the binaries beside neuron (make build puts them in
+bin/). Each keeps its data under --data-dir/<service> and logs to
+--data-dir/logs/<service>.log (truncated at each start); each address is
+printed once it is SERVING. The agent registry (agents assistant and
+researcher) is written to --data-dir/agents.yaml.
+
+Agents run in the environment service's process sandbox (Landlock,
+namespaces, a cgroup: one fresh operator process per call) when this host
+supports it, else on the operator service directly (--isolation). With
+ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL set,
+the operator uses that model and agents run on it directly (neuron up does
+not hand keys to the sandbox); without, the built-in scripted model
+answers from per-agent scripts in the registry, and says so.
+
+--demo then dispatches the assistant with a sample task and prints the
+result, the cost, the effects applied and where the data lives, and keeps
+serving; --demo-exit stops afterwards (its exit code is the demo's).
+
+Ctrl-C or SIGTERM stops the services (SIGTERM, then SIGKILL after
+--stop-timeout) and exits 0. A service that dies is reported with the end
+of its log, the others are stopped, and neuron exits 1.`
+
+// The services of `neuron up`, in start order.
+var serviceNames = []string{"state", "operator", "environment", "orchestrator"}
+
+// stopTiers is the stop order: the orchestrator first (its workflows
+// pause), then the agent services, then state.
+var stopTiers = [][]string{{"orchestrator"}, {"operator", "environment"}, {"state"}}
+
+// modelEnv are the variables that configure a real model, in the
+// operator's order of preference.
+var modelEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_BASE_URL"}
+
+// upFlags are the flags of `neuron up`.
+type upFlags struct {
+	binDir, dataDir string
+	addrs           map[string]*string
+	isolation       string
+	model           string
+	demo, demoExit  bool
+	startTimeout    time.Duration
+	stopTimeout     time.Duration
+}
+
+// up is one `neuron up`: the plan, then the running children.
+type up struct {
+	c        *cli
+	out      io.Writer // c.stdout, safe for concurrent use
+	f        upFlags
+	dataAbs  string
+	route    route
+	routeWhy string
+	// modelVar names the variable of the real model; empty: scripted.
+	modelVar string
+	children map[string]*child
+}
+
+// cmdUp is `neuron up`.
+func (c *cli) cmdUp(ctx context.Context, args []string) error {
+	f := upFlags{addrs: map[string]*string{}}
+	fs := newFlagSet("up", "neuron up [flags]", upHelp, c.stdout)
+	self, _ := os.Executable()
+	fs.StringVar(&f.binDir, "bin-dir", filepath.Dir(self), "directory of the service binaries (state, operator, environment, orchestrator)")
+	fs.StringVar(&f.dataDir, "data-dir", ".data", "directory for the services' data, logs and the agent registry")
+	for name, def := range map[string]string{
+		"orchestrator": defaultOrchestratorAddr, "operator": defaultOperatorAddr,
+		"state": defaultStateAddr, "environment": defaultEnvironmentAddr,
+	} {
+		f.addrs[name] = fs.String(name+"-addr", def, "address the "+name+" serves on")
+	}
+	fs.StringVar(&f.isolation, "isolation", "auto", "where agents run: auto (the process sandbox when the host supports it and the model is scripted), process (the sandbox, or fail), none (the operator service directly; needed for --session)")
+	fs.StringVar(&f.model, "model", "", "model for the operator when a real one is configured (required with OPENAI_BASE_URL alone, e.g. llama3.2)")
+	fs.BoolVar(&f.demo, "demo", false, "run the sample workflow once everything is SERVING, then keep serving")
+	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
+	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
+	fs.DurationVar(&f.stopTimeout, "stop-timeout", 15*time.Second, "how long each service may take to stop after SIGTERM before it is killed")
+	pos, err := parseArgs(fs, "up", args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("up", "unexpected arguments %q", pos)
+	}
+	u, err := c.planUp(f)
+	if err != nil {
+		return err
+	}
+	return u.run(ctx)
+}
+
+// planUp checks the flags and the binaries and decides the model and the
+// route.
+func (c *cli) planUp(f upFlags) (*up, error) {
+	u := &up{c: c, out: &syncWriter{w: c.stdout}, f: f, children: map[string]*child{}}
+	seen := map[string]string{}
+	for _, name := range serviceNames {
+		a := *f.addrs[name]
+		if a == "" {
+			return nil, usageErrorf("up", "--%s-addr is empty", name)
+		}
+		if other, dup := seen[a]; dup {
+			return nil, usageErrorf("up", "--%s-addr and --%s-addr are both %s", other, name, a)
+		}
+		seen[a] = name
+	}
+	for _, name := range modelEnv {
+		if strings.TrimSpace(c.getenv(name)) != "" {
+			u.modelVar = name
+			break
+		}
+	}
+	if u.modelVar == "" && f.model != "" && f.model != "scripted" {
+		return nil, usageErrorf("up", "--model %s needs a model provider: set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL", f.model)
+	}
+	if u.modelVar == "OPENAI_BASE_URL" && f.model == "" {
+		return nil, usageErrorf("up", "OPENAI_BASE_URL is set: name the model its server serves with --model (e.g. --model llama3.2)")
+	}
+	sandboxErr := sandbox.Supported()
+	if sandboxErr == nil {
+		sandboxErr = sandbox.CgroupSupported()
+	}
+	switch f.isolation {
+	case "none":
+		u.route, u.routeWhy = routeOperator, "on the operator service directly (--isolation none): no sandbox; sessions work"
+	case "process":
+		if u.modelVar != "" {
+			return nil, usageErrorf("up", "--isolation process runs the scripted model only: neuron up does not hand %s to the sandbox; use --isolation auto or none", u.modelVar)
+		}
+		if sandboxErr != nil {
+			return nil, &exitError{code: exitFailure, msg: "up: --isolation process: this host cannot sandbox the agents: " + sandboxErr.Error()}
+		}
+		u.route = routeEnvironment
+	case "auto":
+		switch {
+		case u.modelVar != "":
+			u.route, u.routeWhy = routeOperator, fmt.Sprintf("on the operator service directly: it holds the model key (%s), which neuron up does not hand to the sandbox", u.modelVar)
+		case sandboxErr != nil:
+			u.route, u.routeWhy = routeOperator, "on the operator service directly: this host cannot sandbox them ("+oneLine(sandboxErr.Error())+")"
+		default:
+			u.route = routeEnvironment
+		}
+	default:
+		return nil, usageErrorf("up", "--isolation %q: want auto, process or none", f.isolation)
+	}
+	if u.route == routeEnvironment {
+		u.routeWhy = "through the environment service's process sandbox: each operator call is a fresh operator process under Landlock, namespaces and a cgroup, without network; session history is read through a read-only state bridge"
+	}
+	for _, name := range serviceNames {
+		p := filepath.Join(f.binDir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return nil, &exitError{code: exitFailure, msg: fmt.Sprintf("up: no %s binary in %s: run `make build`, or pass --bin-dir", name, f.binDir)}
+		}
+	}
+	abs, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	u.dataAbs = abs
+	return u, nil
+}
+
+// checkPorts fails early, with what to do, when an address is taken
+// (most often by a `neuron up` still running).
+func (u *up) checkPorts() error {
+	for _, name := range serviceNames {
+		a := *u.f.addrs[name]
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return &exitError{code: exitFailure, msg: fmt.Sprintf("up: --%s-addr %s is not free (%s): is another `neuron up` running? Stop it, or pick other addresses with --%s-addr",
+				name, a, oneLine(err.Error()), name)}
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// shown is a path under the data dir as the user named it.
+func (u *up) shown(elem ...string) string {
+	return filepath.Join(append([]string{u.f.dataDir}, elem...)...)
+}
+
+// abs is a path under the data dir, absolute, for the children.
+func (u *up) abs(elem ...string) string {
+	return filepath.Join(append([]string{u.dataAbs}, elem...)...)
+}
+
+// prepare creates the data directories and writes the agent registry.
+func (u *up) prepare() error {
+	for _, d := range []string{"logs", "state", "orchestrator", "environment", filepath.Join("operator", "workspace")} {
+		if err := os.MkdirAll(u.abs(d), 0o700); err != nil {
+			return &exitError{code: exitFailure, msg: "up: --data-dir: " + err.Error()}
+		}
+	}
+	reg, err := agentRegistry(registryConfig{
+		route: u.route, operatorAddr: *u.f.addrs["operator"], environmentAddr: *u.f.addrs["environment"],
+		scripted: u.modelVar == "", model: u.f.model,
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(u.abs("agents.yaml"), reg, 0o600); err != nil {
+		return &exitError{code: exitFailure, msg: "up: writing the agent registry: " + err.Error()}
+	}
+	return nil
+}
+
+// plan builds the children's command lines.
+func (u *up) plan() {
+	addr := func(name string) string { return *u.f.addrs[name] }
+	common := func(name string) []string {
+		return []string{"--dev", "--addr", addr(name), "--log-format", "json", "--shutdown-timeout", "5s"}
+	}
+	args := map[string][]string{
+		"state": append(common("state"), "--data-dir", u.abs("state")),
+		"operator": append(common("operator"), "--state-addr", addr("state"), "--lifecycle-addr", addr("orchestrator"),
+			"--workspace", u.abs("operator", "workspace")),
+		"environment": append(common("environment"), "--data-dir", u.abs("environment"),
+			"--operator-binary", filepath.Join(u.f.binDir, "operator"), "--state-addr", addr("state")),
+		"orchestrator": append(common("orchestrator"), "--agents", u.abs("agents.yaml"), "--state-addr", addr("state"),
+			"--data-dir", u.abs("orchestrator")),
+	}
+	if u.f.model != "" {
+		args["operator"] = append(args["operator"], "--model", u.f.model)
+	}
+	if sandbox.Supported() != nil {
+		// The bash tool needs Landlock; the file tools do not.
+		args["operator"] = append(args["operator"], "--tools", "read,write,edit")
+	}
+	for _, name := range serviceNames {
+		u.children[name] = &child{
+			name: name, addr: addr(name), bin: filepath.Join(u.f.binDir, name), args: args[name],
+			logPath: u.abs("logs", name+".log"), logShown: u.shown("logs", name+".log"),
+		}
+	}
+}
+
+// upEvent is news from a child: SERVING (addr set) or exited.
+type upEvent struct {
+	c      *child
+	addr   string
+	exited bool
+}
+
+// run starts the children, waits until they serve, runs the demo and
+// serves until a signal or a death.
+func (u *up) run(ctx context.Context) error {
+	if err := u.checkPorts(); err != nil {
+		return err
+	}
+	if err := u.prepare(); err != nil {
+		return err
+	}
+	u.plan()
+	fmt.Fprintf(u.out, "neuron up: starting %s from %s in dev mode (no TLS, no auth); data in %s\n",
+		strings.Join(serviceNames, ", "), u.f.binDir, u.f.dataDir)
+	sp := newSpawner()
+	env := os.Environ()
+	events := make(chan upEvent, 2*len(serviceNames))
+	for _, name := range serviceNames {
+		ch := u.children[name]
+		if err := ch.start(sp, env); err != nil {
+			fmt.Fprintf(u.c.stderr, "neuron up: %v\n", err)
+			u.stopAll()
+			return &exitError{code: exitFailure}
+		}
+		go func() {
+			select {
+			case a := <-ch.serving:
+				events <- upEvent{c: ch, addr: a}
+			case <-ch.exited:
+				events <- upEvent{c: ch, exited: true}
+				return
+			}
+			<-ch.exited
+			events <- upEvent{c: ch, exited: true}
+		}()
+	}
+
+	pending := map[string]bool{}
+	for _, n := range serviceNames {
+		pending[n] = true
+	}
+	startTimer := time.NewTimer(u.f.startTimeout)
+	defer startTimer.Stop()
+	var demoDone chan int
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(u.out, "neuron up: stop requested")
+			return u.stopAll()
+		case ev := <-events:
+			if ev.exited {
+				when := ""
+				if pending[ev.c.name] {
+					when = " before it was SERVING"
+				}
+				fmt.Fprintf(u.c.stderr, "neuron up: %s exited%s (%s); the end of %s:\n%s", ev.c.name, when, ev.c.describeExit(), ev.c.logShown, ev.c.logTail())
+				_ = u.stopAll()
+				return &exitError{code: exitFailure, msg: fmt.Sprintf("%s exited; the other services were stopped (full log: %s)", ev.c.name, ev.c.logShown)}
+			}
+			delete(pending, ev.c.name)
+			fmt.Fprintf(u.out, "  %-13s SERVING on %-21s log %s\n", ev.c.name, ev.addr, ev.c.logShown)
+			if len(pending) == 0 {
+				startTimer.Stop()
+				u.printReady()
+				if u.f.demo || u.f.demoExit {
+					demoDone = make(chan int, 1)
+					go func() { demoDone <- u.runDemo(ctx) }()
+				}
+			}
+		case <-startTimer.C:
+			if len(pending) == 0 {
+				continue
+			}
+			for _, name := range serviceNames {
+				if ch := u.children[name]; pending[name] {
+					fmt.Fprintf(u.c.stderr, "neuron up: %s is not SERVING after %s; the end of %s:\n%s", name, u.f.startTimeout, ch.logShown, ch.logTail())
+				}
+			}
+			_ = u.stopAll()
+			return &exitError{code: exitFailure, msg: fmt.Sprintf("not every service was SERVING within --start-timeout %s; see the logs in %s", u.f.startTimeout, u.shown("logs"))}
+		case code := <-demoDone:
+			demoDone = nil
+			if u.f.demoExit {
+				if err := u.stopAll(); err != nil {
+					return err
+				}
+				if code != exitOK {
+					return &exitError{code: code}
+				}
+				return nil
+			}
+			fmt.Fprintln(u.out, "\nneuron up: still serving; Ctrl-C stops everything.")
+		}
+	}
+}
+
+// printReady says what runs where, and how to use it.
+func (u *up) printReady() {
+	fmt.Fprintf(u.out, "agents    assistant, researcher (registry %s)\n", u.shown("agents.yaml"))
+	fmt.Fprintf(u.out, "route     agents run %s\n", u.routeWhy)
+	if u.modelVar == "" {
+		fmt.Fprintf(u.out, "model     SCRIPTED: none of ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL is set, so the built-in scripted model answers\n"+
+			"          from the scripts in %s: the answers are scripted, NOT a language model's\n", u.shown("agents.yaml"))
+	} else {
+		m := u.f.model
+		if m == "" {
+			m = "the operator's default"
+		}
+		fmt.Fprintf(u.out, "model     a real model from %s (%s)\n", u.modelVar, m)
+	}
+	fmt.Fprintf(u.out, "try       neuron run assistant \"your task\"  ·  neuron workflows list  ·  neuron events --after 0\n")
+	if a, st := *u.f.addrs["orchestrator"], *u.f.addrs["state"]; a != defaultOrchestratorAddr || st != defaultStateAddr {
+		fmt.Fprintf(u.out, "          (not the default addresses: export NEURON_ORCHESTRATOR_ADDR=%s NEURON_STATE_ADDR=%s, or pass --addr)\n", a, st)
+	}
+	if !u.f.demoExit {
+		fmt.Fprintln(u.out, "          Ctrl-C stops everything.")
+	}
+}
+
+// stopAll stops the children, tier by tier. It returns an error when one
+// had to be killed or did not exit cleanly.
+func (u *up) stopAll() error {
+	fmt.Fprintf(u.out, "neuron up: stopping (SIGTERM; SIGKILL after %s)\n", u.f.stopTimeout)
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	for _, tier := range stopTiers {
+		var wg sync.WaitGroup
+		for _, name := range tier {
+			ch := u.children[name]
+			if ch == nil || ch.cmd == nil {
+				continue
+			}
+			wasRunning := ch.running()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				killed, clean := ch.stop(u.f.stopTimeout)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case killed:
+					problems = append(problems, fmt.Sprintf("%s did not stop within %s and was killed (log %s)", name, u.f.stopTimeout, ch.logShown))
+				case wasRunning && !clean:
+					problems = append(problems, fmt.Sprintf("%s stopped with %s (log %s)", name, ch.describeExit(), ch.logShown))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if len(problems) > 0 {
+		return &exitError{code: exitFailure, msg: "up: " + strings.Join(problems, "; ")}
+	}
+	fmt.Fprintln(u.out, "neuron up: all services stopped")
+	return nil
+}
+
+// syncWriter serialises writes from the supervisor and the demo.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// Write implements io.Writer.
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
