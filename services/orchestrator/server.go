@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc/codes"
@@ -73,7 +74,7 @@ func (s *Server) dispatch(ctx context.Context, req *orchestratorv1.DispatchReque
 	id := rec.ID
 	rec, err = s.e.Wait(ctx, id)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) && !existed {
+		if errors.Is(ctx.Err(), context.Canceled) && !existed && !deadlineNear(ctx) {
 			s.e.abandon(id) // the caller gave up: its workflow stops with it
 
 		}
@@ -410,3 +411,18 @@ func codeOf(c int32) codes.Code {
 	}
 	return codes.Code(c)
 }
+
+// deadlineNear reports whether ctx's deadline has passed or is about to:
+// a gRPC client whose deadline expires cancels the call, which can reach
+// the server a moment before the server's own copy of that deadline
+// fires. Such a call did not "go away"; its workflow fails on the
+// deadline (its context carries the same deadline) rather than being
+// cancelled.
+func deadlineNear(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < deadlineSlack
+}
+
+// deadlineSlack is how close to its deadline a cancelled call counts as
+// having reached it.
+const deadlineSlack = time.Second
