@@ -15,7 +15,9 @@
 // Model traffic, when the invocation has any, leaves through the egress
 // proxy only: it listens on a Unix socket in a per-invocation host
 // directory that is bind-mounted at /run/neuron, and the operator is
-// started with --egress-proxy unix:///run/neuron/egress.sock. File
+// started with --egress-proxy unix:///run/neuron/egress.sock. Session
+// history is read the same way, through the environment service's
+// read-only state bridge on a socket mounted at /run/neuron-state. File
 // credentials are host files (mode 0400, owned by 65532) bind-mounted
 // read-only at their paths. The per-invocation directory, hence
 // Config.WorkDir, must be on the engine's host.

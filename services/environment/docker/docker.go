@@ -34,6 +34,9 @@ const (
 	EgressDir = "/run/neuron"
 	// EgressSocket is the egress proxy's socket in the container.
 	EgressSocket = EgressDir + "/egress.sock"
+	// StateSocket is the read-only state bridge's socket in the
+	// container, in a directory of its own.
+	StateSocket = "/run/neuron-state/state.sock"
 )
 
 // ContainerUser is the uid:gid the operator runs as: the services'
@@ -220,7 +223,7 @@ func (b *Backend) checkFilePath(p string) error {
 			return fmt.Errorf("file path %q would cover a path the docker backend needs", p)
 		}
 	}
-	for _, dir := range []string{EgressDir, "/proc", "/sys", "/dev"} {
+	for _, dir := range []string{EgressDir, filepath.Dir(StateSocket), "/proc", "/sys", "/dev"} {
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			return fmt.Errorf("file path %q is under %s, which the docker backend or the runtime owns", p, dir)
 		}

@@ -15,18 +15,22 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/testenv"
@@ -583,6 +587,36 @@ func TestBackend(t *testing.T) {
 		clean(t)
 	})
 
+	t.Run("session history through the state socket", func(t *testing.T) {
+		got := inspectAfterCreate(t, b, cli)
+		var listed atomic.Int32
+		inv := invocation(t, "state", &operatorv1.OperatorInput{Message: content.Text("remember me"), SessionId: proto.String("s1")})
+		inv.State = func(path string) (func(), error) {
+			l, err := net.Listen("unix", path)
+			if err != nil {
+				return nil, err
+			}
+			srv := grpc.NewServer()
+			statev1.RegisterStateServiceServer(srv, &countingState{lists: &listed})
+			go func() { _ = srv.Serve(l) }()
+			return srv.Stop, nil
+		}
+		res, err := b.Run(ctx, inv)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if text := content.TextOf(res.Output.GetMessage()); !strings.Contains(text, "You said: remember me") {
+			t.Errorf("output %q", text)
+		}
+		if listed.Load() == 0 {
+			t.Error("the operator never read its session history through the state socket")
+		}
+		if !slices.Contains(got.get(t).Config.Cmd, "unix://"+StateSocket) {
+			t.Errorf("operator args %v lack the state socket", got.get(t).Config.Cmd)
+		}
+		clean(t)
+	})
+
 	t.Run("operator status", func(t *testing.T) {
 		// No message: the operator refuses the input itself.
 		inv := invocation(t, "bad-input", &operatorv1.OperatorInput{})
@@ -663,4 +697,15 @@ func TestBackend(t *testing.T) {
 		wantCode(t, err, codes.FailedPrecondition, "neuron-missing:never-built", "make images")
 		clean(t)
 	})
+}
+
+// countingState is an empty StateService that counts List calls.
+type countingState struct {
+	statev1.UnimplementedStateServiceServer
+	lists *atomic.Int32
+}
+
+func (c *countingState) List(context.Context, *statev1.ListRequest) (*statev1.ListResponse, error) {
+	c.lists.Add(1)
+	return &statev1.ListResponse{}, nil
 }

@@ -87,13 +87,23 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	args := slices.Clone(b.operatorArgs)
 	var mounts []mount.Mount
 	if inv.Egress != nil {
-		m, stop, err := startEgress(dir, inv.Egress)
+		m, stop, err := startSocket(dir, "egress", EgressSocket, "the egress proxy", inv.Egress)
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
 		mounts = append(mounts, m)
 		args = append(args, "--egress-proxy", "unix://"+EgressSocket)
+	}
+	if inv.State != nil {
+		m, stop, err := startSocket(dir, "state", StateSocket, "the state bridge", inv.State)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		mounts = append(mounts, m)
+		// Plaintext over a socket only this invocation's container sees.
+		args = append(args, "--state-addr", "unix://"+StateSocket, "--plaintext")
 	}
 	args = append(args, "--workspace", Workspace)
 	args = append(args, environment.OneShotArgs()...)
@@ -275,35 +285,37 @@ func resources(l environment.Limits) container.Resources {
 	return r
 }
 
-// startEgress starts the invocation's egress proxy on a socket in
-// <dir>/egress, readable and connectable by the container's user, and
-// returns the read-only bind mount of that directory at EgressDir.
-func startEgress(dir string, start func(path string) (func(), error)) (mount.Mount, func(), error) {
-	ed := filepath.Join(dir, "egress")
-	if err := os.Mkdir(ed, 0o755); err != nil {
-		return mount.Mount{}, nil, fmt.Errorf("creating the egress socket's directory: %v: %w", err, errs.Retryable)
+// startSocket starts a per-invocation server (what: the egress proxy or
+// the state bridge) on a socket in <dir>/<sub>, connectable by the
+// container's user, and returns the read-only bind mount of that
+// directory at the socket's directory in the container (target is the
+// socket's path there).
+func startSocket(dir, sub, target, what string, start func(path string) (func(), error)) (mount.Mount, func(), error) {
+	hostDir := filepath.Join(dir, sub)
+	if err := os.Mkdir(hostDir, 0o755); err != nil {
+		return mount.Mount{}, nil, fmt.Errorf("creating the directory of %s's socket: %v: %w", what, err, errs.Retryable)
 	}
 	// Mkdir's mode is filtered by the umask.
-	if err := os.Chmod(ed, 0o755); err != nil {
-		return mount.Mount{}, nil, fmt.Errorf("creating the egress socket's directory: %v: %w", err, errs.Retryable)
+	if err := os.Chmod(hostDir, 0o755); err != nil {
+		return mount.Mount{}, nil, fmt.Errorf("creating the directory of %s's socket: %v: %w", what, err, errs.Retryable)
 	}
-	sock := filepath.Join(ed, filepath.Base(EgressSocket))
+	sock := filepath.Join(hostDir, filepath.Base(target))
 	stop, err := start(sock)
 	if err != nil {
 		var k *errs.Kind
 		if errors.As(err, &k) {
-			return mount.Mount{}, nil, fmt.Errorf("starting the egress proxy: %w", err)
+			return mount.Mount{}, nil, fmt.Errorf("starting %s: %w", what, err)
 		}
-		return mount.Mount{}, nil, fmt.Errorf("starting the egress proxy: %v: %w", err, errs.Retryable)
+		return mount.Mount{}, nil, fmt.Errorf("starting %s: %v: %w", what, err, errs.Retryable)
 	}
 	// Connecting to a Unix socket needs write permission on it. Only the
 	// container's user can reach it: the invocation's directory is
 	// private to the service on the host.
 	if err := os.Chmod(sock, 0o666); err != nil {
 		stop()
-		return mount.Mount{}, nil, fmt.Errorf("making the egress socket usable by the operator: %v: %w", err, errs.Retryable)
+		return mount.Mount{}, nil, fmt.Errorf("making %s's socket usable by the operator: %v: %w", what, err, errs.Retryable)
 	}
-	return mount.Mount{Type: mount.TypeBind, Source: ed, Target: EgressDir, ReadOnly: true}, stop, nil
+	return mount.Mount{Type: mount.TypeBind, Source: hostDir, Target: filepath.Dir(target), ReadOnly: true}, stop, nil
 }
 
 // writeFileCredentials writes each file credential to a file under
