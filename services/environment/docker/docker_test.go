@@ -24,8 +24,8 @@ import (
 	"github.com/moby/moby/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
