@@ -4,7 +4,8 @@
 # container backend's tests, etcd for the kube-apiserver the Kubernetes
 # tests start, curl for the sandbox's network attack tests; then the
 # kube-apiserver binary, built once and cached outside the repo
-# (scripts/kube-apiserver.sh). Tests that still lack something skip with
+# (scripts/kube-apiserver.sh); PostgreSQL 15 for the state service's
+# postgres backend. Tests that still lack something skip with
 # the reason, so this script never fails the build for a missing extra.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,8 @@ missing=()
 for cmd in "${!pkg[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${pkg[$cmd]}")
 done
+# PostgreSQL's server binaries are not on PATH.
+[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql-15)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test-deps: installing ${missing[*]}"

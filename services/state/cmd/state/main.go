@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,14 +50,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var mwFlags remote.Flags
 	mwFlags.Bind(fs)
 	var (
-		dataDir     = fs.String("data-dir", ".data/state", "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
-		backend     = fs.String("backend", "bolt", "storage backend: bolt (durable) or memory (tests only; lost on exit)")
-		maxKey      = fs.Int("max-key-bytes", state.DefaultLimits().MaxKeyBytes, "largest key accepted, in bytes")
-		maxValue    = fs.Int("max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
-		lockTimeout = fs.Duration("lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
-		retention   = fs.Duration("idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
-		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat   = fs.String("log-format", "json", "json or text")
+		dataDir         = fs.String("data-dir", ".data/state", "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
+		backend         = fs.String("backend", "bolt", "storage backend: bolt (durable), postgres (shared by replicas) or memory (tests only; lost on exit)")
+		postgresDSN     = fs.String("postgres-dsn", "", "PostgreSQL DSN for --backend postgres (prefer --postgres-dsn-file when it holds a password)")
+		postgresDSNFile = fs.String("postgres-dsn-file", "", "file holding the PostgreSQL DSN for --backend postgres (keeps the password out of argv and env)")
+		maxKey          = fs.Int("max-key-bytes", state.DefaultLimits().MaxKeyBytes, "largest key accepted, in bytes")
+		maxValue        = fs.Int("max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
+		lockTimeout     = fs.Duration("lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
+		retention       = fs.Duration("idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
+		logLevel        = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat       = fs.String("log-format", "json", "json or text")
 	)
 	fs.Usage = flagenv.Usage(fs, envPrefix, "state: the layer0 StateService on bbolt")
 	if err := flagenv.Parse(fs, envPrefix, args, nil); err != nil {
@@ -109,11 +112,29 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		store = b
 		log.Info("data", "file", path, "index", path+".bleve")
+	case "postgres":
+		dsn := *postgresDSN
+		if *postgresDSNFile != "" {
+			raw, err := os.ReadFile(*postgresDSNFile)
+			if err != nil {
+				return fmt.Errorf("--postgres-dsn-file: %w", err)
+			}
+			dsn = strings.TrimSpace(string(raw))
+		}
+		if dsn == "" {
+			return errors.New("--backend postgres needs --postgres-dsn or --postgres-dsn-file")
+		}
+		p, err := state.OpenPostgres(ctx, dsn, opts...)
+		if err != nil {
+			return err
+		}
+		store = p
+		log.Info("data", "backend", "postgres")
 	case "memory":
 		store = state.NewMemory(opts...)
 		log.Warn("IN-MEMORY BACKEND: nothing is durable; data is lost on exit")
 	default:
-		return fmt.Errorf("--backend %q: want bolt or memory", *backend)
+		return fmt.Errorf("--backend %q: want bolt, postgres or memory", *backend)
 	}
 	defer store.Close()
 
