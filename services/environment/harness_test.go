@@ -3,14 +3,11 @@ package environment_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,43 +25,21 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/process"
 )
 
 func TestMain(m *testing.M) {
 	sandbox.Main() // the process backend re-executes this test binary
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// operatorBinary builds the operator once per test binary.
+// operatorBinary is the static operator binary, built once per test
+// binary.
 func operatorBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "envtest-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "operator"), "github.com/secbear/neuron/services/operator/cmd/operator")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the operator: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "operator")
+	return testenv.BuildStatic(t, "github.com/secbear/neuron/services/operator/cmd/operator")
 }
 
 // requireSandbox skips tests of the process backend on hosts that cannot

@@ -43,19 +43,19 @@ func DecodeOutput(stdout, stderr []byte, exitCode int) (*operatorv1.OperatorOutp
 	case exitCode >= exitStatusBase && exitCode < exitStatusBase+17:
 		st := &status.Status{}
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(bytes.TrimSpace(stdout), st); err != nil || st.GetCode() == 0 {
-			return nil, fmt.Errorf("the operator failed with exit code %d (%s) without a status on stdout: %w", exitCode, lastLine(stderr), errs.Internal)
+			return nil, fmt.Errorf("the operator failed with exit code %d (%s) without a status on stdout: %w", exitCode, LastLine(stderr), errs.Internal)
 		}
 		return nil, errs.FromGRPC(grpcstatus.FromProto(st).Err())
 	case exitCode == exitConfig:
-		return nil, fmt.Errorf("the operator binary refused its configuration (%s); check the environment service's operator flags: %w", lastLine(stderr), errs.Internal)
+		return nil, fmt.Errorf("the operator binary refused its configuration (%s); check the environment service's operator flags: %w", LastLine(stderr), errs.Internal)
 	default:
-		return nil, fmt.Errorf("the operator exited with code %d (%s): %w", exitCode, lastLine(stderr), errs.Internal)
+		return nil, fmt.Errorf("the operator exited with code %d (%s): %w", exitCode, LastLine(stderr), errs.Internal)
 	}
 }
 
-// lastLine is the last non-empty line of b, at most 500 bytes, for error
-// messages; JSON log lines are reduced to their "msg" and "error".
-func lastLine(b []byte) string {
+// LastLine is the last non-empty line of b (an operator's stderr), at
+// most 500 bytes, for error messages.
+func LastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	s := strings.TrimSpace(lines[len(lines)-1])
 	if s == "" {

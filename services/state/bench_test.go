@@ -20,23 +20,7 @@ func BenchmarkBoltWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			s := scope.Session("bench")
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-						if _, err := st.Write(ctx, s, fmt.Sprint("k", i%1000), str(fmt.Sprintf("value number %d for the benchmark", i)), Guard{}); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			benchWrites(b, st, writers)
 			b.ReportMetric(float64(st.group.transactions.Load())/float64(b.N), "tx/op")
 		})
 	}
@@ -49,6 +33,33 @@ func BenchmarkBoltRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	benchReads(b, st)
+}
+
+// benchWrites makes b.N Writes to st from writers goroutines, over 1000
+// keys of one scope.
+func benchWrites(b *testing.B, st Backend, writers int) {
+	s := scope.Session("bench")
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := st.Write(ctx, s, fmt.Sprint("k", i%1000), str(fmt.Sprintf("value number %d for the benchmark", i)), Guard{}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// benchReads fills st with 1000 keys, then makes b.N parallel Reads.
+func benchReads(b *testing.B, st Backend) {
 	s := scope.Session("bench")
 	for i := range 1000 {
 		if _, err := st.Write(ctx, s, fmt.Sprint("k", i), str("v"), Guard{}); err != nil {

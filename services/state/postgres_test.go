@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
@@ -41,35 +40,6 @@ func openPostgresDSN(t testing.TB, dsn string, opts ...Option) *Postgres {
 	return p
 }
 
-// TestPostgresBackend runs the shared behaviour suite (backend_test.go)
-// against the PostgreSQL backend. IdempotencyRetention has its own copy
-// below because the shared one counts records per backend type.
-func TestPostgresBackend(t *testing.T) {
-	suite := []struct {
-		name string
-		run  func(*testing.T, opener)
-	}{
-		{"ScopeIsolation", testScopeIsolation},
-		{"Revisions", testRevisions},
-		{"ExpectedRevision", testExpectedRevision},
-		{"Delete", testDelete},
-		{"ListPaging", testListPaging},
-		{"PageTokens", testPageTokens},
-		{"Limits", testLimits},
-		{"InvalidArguments", testInvalidArguments},
-		{"Idempotency", testIdempotency},
-		{"IdempotencyRetention", testPostgresIdempotencyRetention},
-		{"SearchRanking", testSearchRanking},
-		{"SearchSnippets", testSearchSnippets},
-		{"SearchFollowsWrites", testSearchFollowsWrites},
-		{"ConcurrentWriters", testConcurrentWriters},
-		{"Closed", testClosed},
-	}
-	for _, tc := range suite {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, openPostgres) })
-	}
-}
-
 // pgIdemRecords counts the idempotency records in b's database.
 func pgIdemRecords(t *testing.T, b *Postgres) int {
 	t.Helper()
@@ -78,44 +48,6 @@ func pgIdemRecords(t *testing.T, b *Postgres) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// testPostgresIdempotencyRetention is testIdempotencyRetention counting
-// the records in the database.
-func testPostgresIdempotencyRetention(t *testing.T, open opener) {
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	b := open(t, WithClock(clock.Now), WithIdempotencyRetention(time.Hour)).(*Postgres)
-	s := scope.Session("s")
-	g := Guard{IdempotencyKey: "i"}
-	first, err := b.Write(ctx, s, "k", str("v"), g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(59 * time.Minute)
-	if res, err := b.Write(ctx, s, "k", str("v"), g); err != nil || !res.Replayed {
-		t.Fatalf("retry within retention = %+v, %v", res, err)
-	}
-	clock.Advance(2 * time.Minute)
-	res, err := b.Write(ctx, s, "k", str("v"), g)
-	if err != nil || res.Replayed || res.Revision <= first.Revision {
-		t.Fatalf("retry after retention = %+v, %v; want a new write", res, err)
-	}
-	if again, err := b.Write(ctx, s, "k", str("v"), g); err != nil || !again.Replayed || again.Revision != res.Revision {
-		t.Fatalf("retry of the new write = %+v, %v", again, err)
-	}
-	for i := range 10 {
-		if _, err := b.Write(ctx, s, "p", str("v"), Guard{IdempotencyKey: fmt.Sprint("old", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := pgIdemRecords(t, b); n != 11 {
-		t.Fatalf("%d idempotency records; want 11", n)
-	}
-	clock.Advance(2 * time.Hour)
-	write(t, b, s, "trigger", str("v"))
-	if n := pgIdemRecords(t, b); n != 0 {
-		t.Fatalf("%d idempotency records left after retention", n)
-	}
 }
 
 // TestPostgresReplicasCompareAndSet runs several replicas (separate

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,25 +31,14 @@ import (
 	"github.com/secbear/neuron/services/environment/process"
 )
 
-var operatorBin string
-
 func TestMain(m *testing.M) {
-	sandbox.Main()
-	dir, err := os.MkdirTemp("", "envbench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	operatorBin = filepath.Join(dir, "operator")
-	cmd := exec.Command("go", "build", "-o", operatorBin, "github.com/secbear/neuron/services/operator/cmd/operator")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	sandbox.Main() // the process backend re-executes this test binary
+	os.Exit(m.Run())
+}
+
+// operator is the static operator binary, built once per test binary.
+func operator(b *testing.B) string {
+	return testenv.BuildStatic(b, "github.com/secbear/neuron/services/operator/cmd/operator")
 }
 
 // operatorArgs: scripted model, no tools, quiet logs.
@@ -69,11 +57,12 @@ func check(out *operatorv1.OperatorOutput) error {
 
 func BenchmarkForkExec(b *testing.B) {
 	in, _ := protojson.Marshal(input())
+	bin := operator(b)
 	args := append(append([]string{}, operatorArgs...), environment.OneShotArgs()...)
 	var peak int64
 	res := benchkit.Concurrent(b, 1, func(_, _ int) error {
 		var stdout bytes.Buffer
-		cmd := exec.Command(operatorBin, args...)
+		cmd := exec.Command(bin, args...)
 		cmd.Stdin = bytes.NewReader(in)
 		cmd.Stdout = &stdout
 		cmd.Dir = b.TempDir()
@@ -147,7 +136,7 @@ func BenchmarkProcess(b *testing.B) {
 	if err := sandbox.CgroupSupported(); err != nil {
 		b.Skipf("no cgroup: %v", err)
 	}
-	pb, err := process.New(process.Config{OperatorBinary: operatorBin, OperatorArgs: operatorArgs, WorkDir: b.TempDir()})
+	pb, err := process.New(process.Config{OperatorBinary: operator(b), OperatorArgs: operatorArgs, WorkDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,7 +155,7 @@ func BenchmarkLocal(b *testing.B) {
 	addr := l.Addr().String()
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, operatorBin, append([]string{"--dev", "--addr", addr}, operatorArgs...)...)
+	cmd := exec.CommandContext(ctx, operator(b), append([]string{"--dev", "--addr", addr}, operatorArgs...)...)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -200,7 +189,7 @@ func BenchmarkDocker(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const image = "neuron/operator:bench"
-	if err := docker.BuildImage(ctx, cli, "../../operator/Dockerfile", operatorBin, "/etc/ssl/certs/ca-certificates.crt", image); err != nil {
+	if err := docker.BuildImage(ctx, cli, "../../operator/Dockerfile", operator(b), "/etc/ssl/certs/ca-certificates.crt", image); err != nil {
 		b.Fatal(err)
 	}
 	db, err := docker.New(docker.Config{Host: eng.Host, DefaultImage: image, OperatorArgs: operatorArgs, WorkDir: b.TempDir()})

@@ -232,7 +232,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	case res.Signal == "SIGXCPU" || (res.Signal == "SIGKILL" && lim.CPUTime > 0 && res.Cgroup != nil && res.Cgroup.OOMKills == 0 && cpuBound(res, lim)):
 		return out, fmt.Errorf("the operator used up its CPU time limit of %v: %w", lim.CPUTime, errs.ResourceExhausted)
 	case res.Signal != "":
-		return out, fmt.Errorf("the operator was killed by %s (%s): %w", res.Signal, lastLine(res.Stderr), errs.Internal)
+		return out, fmt.Errorf("the operator was killed by %s (%s): %w", res.Signal, environment.LastLine(res.Stderr), errs.Internal)
 	}
 	output, err := environment.DecodeOutput(res.Stdout, res.Stderr, res.ExitCode)
 	if err != nil {
@@ -285,17 +285,4 @@ func usage(res *sandbox.Result) *environmentv1.ResourceUsage {
 		u.LimitsHit = append(u.LimitsHit, "output")
 	}
 	return u
-}
-
-// lastLine is the last non-empty line of b, shortened, for messages.
-func lastLine(b []byte) string {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	s := string(bytes.TrimSpace(lines[len(lines)-1]))
-	if s == "" {
-		return "no diagnostic output"
-	}
-	if len(s) > 300 {
-		s = s[:300] + "..."
-	}
-	return s
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/pkg/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -66,12 +66,7 @@ func TestServes(t *testing.T) {
 		t.Skipf("no cgroup: %v", err)
 	}
 	dir := t.TempDir()
-	op := filepath.Join(dir, "operator")
-	build := exec.Command("go", "build", "-o", op, "github.com/secbear/neuron/services/operator/cmd/operator")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	op := testenv.BuildStatic(t, "github.com/secbear/neuron/services/operator/cmd/operator")
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -2,19 +2,14 @@ package state_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/pkg/middleware/audit"
 	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/state"
 )
@@ -22,7 +17,7 @@ import (
 // TestPostgresConformance runs the gRPC conformance suite
 // (pkg/conformance/state) against state.NewServer over the PostgreSQL
 // backend, served on loopback through the standard server chain in dev
-// mode, like pkg/conformance/state's in-process targets. Each call goes
+// mode, like the in-process targets in conformance_test.go. Each call goes
 // to one of two servers, each with its own backend (pool) on the same
 // database, so the suite also sees replicas behave as one store. The
 // access checks (which test the auth interceptor, not the backend) are
@@ -37,17 +32,12 @@ func TestPostgresConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = store.Close() }) // after the server stopped
-		addrs = append(addrs, pgServe(t, store))
+		addrs = append(addrs, serve(t, grpcserver.Config{Name: "state", Dev: true}, store))
 	}
 	conns := make([]*grpc.ClientConn, len(addrs))
 	for i, a := range addrs {
-		c, err := grpcclient.Dial(grpcclient.Config{Target: a, Dev: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		pgWaitServing(t, c)
-		conns[i] = c
+		conns[i] = dial(t, grpcclient.Config{Target: a, Dev: true})
+		waitServing(t, conns[i])
 	}
 	conformance.Run(t, conformance.Target{
 		Conn:          &pgRoundRobin{conns: conns},
@@ -74,50 +64,4 @@ func (r *pgRoundRobin) NewStream(ctx context.Context, desc *grpc.StreamDesc, met
 
 func (r *pgRoundRobin) pick() *grpc.ClientConn {
 	return r.conns[r.n.Add(1)%uint64(len(r.conns))]
-}
-
-// pgServe serves store on a loopback port through the standard chain
-// plus the audit interceptor, as cmd/state does, until the test ends.
-func pgServe(t *testing.T, store state.Backend) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Dev: true}, nil,
-		grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor()}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return lis.Addr().String()
-}
-
-// pgWaitServing waits until the server behind conn reports the state
-// service SERVING.
-func pgWaitServing(t *testing.T, conn *grpc.ClientConn) {
-	t.Helper()
-	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "layer0.state.v1.StateService"})
-		cancel()
-		if err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not become SERVING: %v %v", res.GetStatus(), err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
