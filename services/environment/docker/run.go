@@ -37,7 +37,10 @@ const maxLogBytes = 1 << 20
 const (
 	killTimeout    = 10 * time.Second
 	inspectTimeout = 10 * time.Second
-	removeTimeout  = 30 * time.Second
+	// oomEventWait bounds how long a SIGKILL exit under a memory limit
+	// waits for the engine to record the OOM kill.
+	oomEventWait  = 2 * time.Second
+	removeTimeout = 30 * time.Second
 )
 
 // limitMemory names the memory limit in ResourceUsage.limits_hit.
@@ -244,7 +247,11 @@ func (b *Backend) run(ctx context.Context, inv *environment.Invocation, id strin
 	code := int(exit.StatusCode)
 	logs := stderr.Bytes()
 	usage := &environmentv1.ResourceUsage{}
-	oom := b.oomKilled(ctx, id, log)
+	// Only the kernel sends SIGKILL to a container's init from inside;
+	// the engine records an OOM kill from a separate event, which can
+	// land after the exit, so a SIGKILL exit under a memory limit waits
+	// a moment for it.
+	oom := b.oomKilled(ctx, id, code == exitSIGKILL && inv.Limits.MemoryBytes > 0, log)
 	if oom {
 		usage.LimitsHit = append(usage.LimitsHit, limitMemory)
 	}
@@ -255,6 +262,9 @@ func (b *Backend) run(ctx context.Context, inv *environment.Invocation, id strin
 			return nil, fmt.Errorf("memory limit reached: the operator was killed at its limit of %d bytes; raise resources.memory: %w", inv.Limits.MemoryBytes, errs.ResourceExhausted)
 		case code == exitSIGKILL && inv.Limits.CPUTime > 0:
 			return nil, fmt.Errorf("CPU time limit reached: the operator was killed (SIGKILL) with a CPU time limit of %v per process; raise resources.cpu_time: %w", inv.Limits.CPUTime, errs.ResourceExhausted)
+		case code == exitSIGKILL && inv.Limits.MemoryBytes > 0:
+			// Nothing else inside the container can SIGKILL its init.
+			return nil, fmt.Errorf("memory limit reached: the operator was killed (SIGKILL) under its limit of %d bytes, which the engine did not confirm as an OOM kill; raise resources.memory: %w", inv.Limits.MemoryBytes, errs.ResourceExhausted)
 		}
 		return nil, err
 	}
@@ -351,16 +361,31 @@ func writeFileCredentials(dir string, creds []environment.Credential) ([]mount.M
 }
 
 // oomKilled reports whether the engine saw the container's memory limit
-// kill a process of it; false when it cannot tell.
-func (b *Backend) oomKilled(ctx context.Context, id string, log *slog.Logger) bool {
+// kill a process of it; false when it cannot tell. With await, it asks
+// again for up to oomEventWait: the engine learns of the OOM kill from
+// an event of its own that may arrive after the exit.
+func (b *Backend) oomKilled(ctx context.Context, id string, await bool, log *slog.Logger) bool {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
 	defer cancel()
-	res, err := b.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		log.Warn("inspecting the exited container", "container", id, "error", err)
-		return false
+	deadline := time.Now().Add(oomEventWait)
+	for {
+		res, err := b.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			log.Warn("inspecting the exited container", "container", id, "error", err)
+			return false
+		}
+		if res.Container.State != nil && res.Container.State.OOMKilled {
+			return true
+		}
+		if !await || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ictx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return res.Container.State != nil && res.Container.State.OOMKilled
 }
 
 // kill sends SIGKILL to the container, with a fresh bounded context.
