@@ -213,15 +213,65 @@ func effectKind(eff *typesv1.Effect) string {
 	return "unknown"
 }
 
-// apply executes a non-dispatching effect. A permanent failure returns
-// applied=false with the reason; err is only for a stopped workflow or a
-// broken journal.
+// effectEnv is what executing a non-dispatching effect needs; both
+// backends provide one.
+type effectEnv struct {
+	state    statev1.StateServiceClient
+	handlers map[string]EffectHandler
+	// signal queues a signal for a workflow of this orchestrator, keyed
+	// so that a repeat is a duplicate. Unknown or ended workflows are
+	// errs.NotFound or errs.FailedPrecondition.
+	signal  func(ctx context.Context, workflowID string, payload []byte, key string) (seq uint64, dup bool, err error)
+	publish func(*lifecyclev1.LifecycleEvent)
+}
+
+// apply executes a non-dispatching effect, retrying transient State
+// failures with capped backoff for as long as the workflow runs: an
+// effect is never dropped because the State service was briefly away. A
+// permanent failure returns applied=false with the reason; err is only
+// for a stopped workflow or a broken journal.
 func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Effect) (applied bool, detail string, err error) {
+	env := effectEnv{state: w.e.state, handlers: w.e.opts.Handlers, publish: w.e.publish,
+		signal: func(_ context.Context, id string, payload []byte, key string) (uint64, bool, error) {
+			return w.e.Signal(id, payload, key)
+		}}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		applied, detail, err := applyEffect(ctx, env, w.id, f.agent.ID, key, eff)
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return false, "", context.Cause(ctx)
+			}
+			return applied, detail, err
+		}
+		w.e.log.Warn("state service unavailable; retrying the effect", "workflow_id", w.id, "effect", effectKind(eff), "attempt", attempt, "err", err)
+		if err := w.e.opts.Sleep(ctx, backoff); err != nil {
+			return false, "", err
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// transient says whether a State failure may pass if the effect is
+// tried again.
+func transient(err error) bool {
+	switch errs.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// applyEffect executes a non-dispatching effect of workflow wfID once.
+// A permanent failure returns applied=false with the reason; err is a
+// transient State failure (see transient), ctx's end, or a broken
+// journal.
+func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, eff *typesv1.Effect) (applied bool, detail string, err error) {
 	switch k := eff.GetKind().(type) {
 	case *typesv1.Effect_WriteMemory:
 		m := k.WriteMemory
-		return w.stateCall(ctx, "write", func(ctx context.Context) (string, error) {
-			resp, err := w.e.state.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: stateKey(w.id, key)})
+		return stateCall(ctx, env, "write", func(ctx context.Context) (string, error) {
+			resp, err := env.state.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: stateKey(wfID, key)})
 			if err != nil {
 				return "", err
 			}
@@ -232,8 +282,8 @@ func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Ef
 		})
 	case *typesv1.Effect_DeleteMemory:
 		m := k.DeleteMemory
-		return w.stateCall(ctx, "delete", func(ctx context.Context) (string, error) {
-			resp, err := w.e.state.Delete(ctx, &statev1.DeleteRequest{Scope: m.GetScope(), Key: m.GetKey(), IdempotencyKey: stateKey(w.id, key)})
+		return stateCall(ctx, env, "delete", func(ctx context.Context) (string, error) {
+			resp, err := env.state.Delete(ctx, &statev1.DeleteRequest{Scope: m.GetScope(), Key: m.GetKey(), IdempotencyKey: stateKey(wfID, key)})
 			if err != nil {
 				return "", err
 			}
@@ -245,7 +295,7 @@ func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Ef
 		if err != nil {
 			return false, "the signal payload cannot be encoded: " + err.Error(), nil
 		}
-		seq, dup, err := w.e.Signal(s.GetWorkflowId(), payload, stateKey(w.id, key))
+		seq, dup, err := env.signal(ctx, s.GetWorkflowId(), payload, stateKey(wfID, key))
 		switch {
 		case errors.Is(err, errs.NotFound), errors.Is(err, errs.FailedPrecondition):
 			return false, err.Error(), nil
@@ -261,16 +311,17 @@ func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Ef
 		if l.GetData() != nil {
 			data["data"] = l.GetData().AsInterface()
 		}
-		w.e.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_OPERATOR, "operator.log", w.id, f.agent.ID, data))
+		env.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_OPERATOR, "operator.log", wfID, agentID, data))
 		return true, "published as an observable event", nil
 	case *typesv1.Effect_Custom:
 		c := k.Custom
-		h := w.e.opts.Handlers[c.GetEffectType()]
+		h := env.handlers[c.GetEffectType()]
 		if h == nil {
-			w.e.event(w.id, f.agent.ID, "orchestrator.effect.unhandled", map[string]any{"effect_type": c.GetEffectType(), "idempotency_key": key})
+			env.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.effect.unhandled", wfID, agentID,
+				map[string]any{"effect_type": c.GetEffectType(), "idempotency_key": key}))
 			return false, fmt.Sprintf("no handler is registered for custom effect type %q", c.GetEffectType()), nil
 		}
-		if err := h(ctx, w.id, key, c.GetData()); err != nil {
+		if err := h(ctx, wfID, key, c.GetData()); err != nil {
 			if ctx.Err() != nil {
 				return false, "", context.Cause(ctx)
 			}
@@ -282,32 +333,21 @@ func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Ef
 	return false, fmt.Sprintf("unknown effect kind (an operator newer than this orchestrator?): %s", raw), nil
 }
 
-// stateCall runs a State call, retrying transient failures with capped
-// backoff for as long as the workflow runs: an effect is never dropped
-// because the State service was briefly away. A permanent failure (bad
-// scope, value too large, ...) is not applied, with the reason.
-func (w *runner) stateCall(ctx context.Context, op string, call func(ctx context.Context) (string, error)) (bool, string, error) {
-	if w.e.state == nil {
+// stateCall runs a State call once. A transient failure is returned as
+// err; a permanent one (bad scope, value too large, ...) is not applied,
+// with the reason.
+func stateCall(ctx context.Context, env effectEnv, op string, call func(ctx context.Context) (string, error)) (bool, string, error) {
+	if env.state == nil {
 		return false, "no State service is configured (--state-addr); memory effects cannot be applied", nil
 	}
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		detail, err := call(ctx)
-		if err == nil {
-			return true, detail, nil
-		}
-		if ctx.Err() != nil {
-			return false, "", context.Cause(ctx)
-		}
-		switch errs.Code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
-		default:
-			return false, fmt.Sprintf("state %s refused: %s", op, errs.ToStatus(err).Message()), nil
-		}
-		w.e.log.Warn("state service unavailable; retrying the effect", "workflow_id", w.id, "op", op, "attempt", attempt, "err", err)
-		if err := w.e.opts.Sleep(ctx, backoff); err != nil {
-			return false, "", err
-		}
-		backoff = min(backoff*2, 10*time.Second)
+	detail, err := call(ctx)
+	switch {
+	case err == nil:
+		return true, detail, nil
+	case ctx.Err() != nil:
+		return false, "", context.Cause(ctx)
+	case transient(err):
+		return false, "", fmt.Errorf("state %s: %w", op, err)
 	}
+	return false, fmt.Sprintf("state %s refused: %s", op, errs.ToStatus(err).Message()), nil
 }

@@ -14,8 +14,10 @@ func (e *Engine) publish(ev *lifecyclev1.LifecycleEvent) {
 
 // event publishes an orchestrator ObservableEvent.
 func (e *Engine) event(workflowID, agentID, eventType string, data map[string]any) {
-	if e.bus == nil {
-		return
-	}
-	e.bus.Publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, eventType, workflowID, agentID, data))
+	e.publish(observable(workflowID, agentID, eventType, data))
+}
+
+// observable is an orchestrator ObservableEvent.
+func observable(workflowID, agentID, eventType string, data map[string]any) *lifecyclev1.LifecycleEvent {
+	return lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, eventType, workflowID, agentID, data)
 }

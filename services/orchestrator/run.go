@@ -330,17 +330,27 @@ func outputCost(out *operatorv1.OperatorOutput) decimal.Decimal {
 // prepare builds the input of a new step: the agent's defaults, the
 // budget policy's model, the dispatch context and any pending signals.
 func (w *runner) prepare(f frame, planned *operatorv1.OperatorInput, id string, pending []*signalRecord) (*operatorv1.OperatorInput, []uint64) {
-	in := f.agent.Apply(planned)
-	if m, ok := w.models[f.agent.ID]; ok {
+	model, downgraded := w.models[f.agent.ID]
+	return prepareInput(f.agent, planned, model, downgraded, &operatorv1.DispatchContext{
+		DispatchId: id, WorkflowId: w.id, AgentId: f.agent.ID, ParentDispatchId: f.parent,
+		CausationId: f.cause, CorrelationId: w.corr, Depth: f.depth, TraceContext: w.rec.Trace,
+	}, pending)
+}
+
+// prepareInput applies the agent's defaults to planned, the model the
+// budget policy chose (when downgraded), the dispatch context, and folds
+// the pending signals in (trigger SIGNAL, a text block and a metadata
+// entry per signal, the first one's data as a suspension's decision).
+// It returns the input and the delivered signals' sequences.
+func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string, downgraded bool, dc *operatorv1.DispatchContext, pending []*signalRecord) (*operatorv1.OperatorInput, []uint64) {
+	in := agent.Apply(planned)
+	if downgraded {
 		if in.Config == nil {
 			in.Config = &operatorv1.OperatorConfig{}
 		}
-		in.Config.Model = &m
+		in.Config.Model = &model
 	}
-	in.Dispatch = &operatorv1.DispatchContext{
-		DispatchId: id, WorkflowId: w.id, AgentId: f.agent.ID, ParentDispatchId: f.parent,
-		CausationId: f.cause, CorrelationId: w.corr, Depth: f.depth, TraceContext: w.rec.Trace,
-	}
+	in.Dispatch = dc
 	if len(pending) == 0 {
 		return in, nil
 	}

@@ -132,11 +132,17 @@ func (e *Engine) response(rec *record) (*orchestratorv1.DispatchResponse, error)
 
 // DispatchMany implements OrchestratorService.DispatchMany.
 func (s *Server) DispatchMany(ctx context.Context, req *orchestratorv1.DispatchManyRequest) (*orchestratorv1.DispatchManyResponse, error) {
+	return dispatchMany(ctx, req, s.e.opts.Workers, s.dispatch)
+}
+
+// dispatchMany runs the tasks through dispatch, workers at a time (the
+// request's max_concurrency when set), each result in its task's place.
+func dispatchMany(ctx context.Context, req *orchestratorv1.DispatchManyRequest, workers int,
+	dispatch func(context.Context, *orchestratorv1.DispatchRequest) (*orchestratorv1.DispatchResponse, error)) (*orchestratorv1.DispatchManyResponse, error) {
 	tasks := req.GetTasks()
 	if len(tasks) == 0 {
 		return nil, fmt.Errorf("tasks is empty: %w", errs.InvalidArgument)
 	}
-	workers := s.e.opts.Workers
 	if c := int(req.GetMaxConcurrency()); c > 0 {
 		workers = c
 	}
@@ -149,7 +155,7 @@ func (s *Server) DispatchMany(ctx context.Context, req *orchestratorv1.DispatchM
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				resp, err := s.dispatch(ctx, tasks[i])
+				resp, err := dispatch(ctx, tasks[i])
 				if err != nil {
 					results[i] = &orchestratorv1.DispatchResult{Result: &orchestratorv1.DispatchResult_Error{Error: statusOf(err)}}
 					continue
@@ -209,17 +215,25 @@ func (s *Server) Query(_ context.Context, req *orchestratorv1.QueryRequest) (*or
 	var v any
 	switch req.GetQueryType() {
 	case "status":
-		v, err = s.statusQuery(rec)
+		v, err = statusView(rec)
 	case "steps":
 		v, err = s.stepsQuery(rec)
 	case "signals":
-		v, err = s.signalsQuery(rec)
+		var sigs []*signalRecord
+		if sigs, err = s.e.j.Signals(rec.ID); err == nil {
+			v = signalsView(sigs)
+		}
 	default:
 		return nil, fmt.Errorf("unknown query_type %q; this orchestrator answers %v: %w", req.GetQueryType(), queryTypes, errs.InvalidArgument)
 	}
 	if err != nil {
 		return nil, err
 	}
+	return queryResponse(v)
+}
+
+// queryResponse wraps a query's plain-JSON result.
+func queryResponse(v any) (*orchestratorv1.QueryResponse, error) {
 	val, err := structpb.NewValue(v)
 	if err != nil {
 		return nil, fmt.Errorf("query result: %v: %w", err, errs.Internal)
@@ -240,7 +254,8 @@ func protoJSON(m proto.Message) (any, error) {
 	return v.AsInterface(), nil
 }
 
-func (s *Server) statusQuery(rec *record) (any, error) {
+// statusView is the status query's answer.
+func statusView(rec *record) (any, error) {
 	out := map[string]any{
 		"workflow_id": rec.ID, "status": statusName(rec.Status), "root_agent": rec.RootAgent,
 		"current_agent": rec.CurrentAgent, "steps": float64(rec.Steps), "spent": rec.Spent.String(),
@@ -304,11 +319,8 @@ func (s *Server) stepsQuery(rec *record) (any, error) {
 	return list, nil
 }
 
-func (s *Server) signalsQuery(rec *record) (any, error) {
-	sigs, err := s.e.j.Signals(rec.ID)
-	if err != nil {
-		return nil, err
-	}
+// signalsView is the signals query's answer.
+func signalsView(sigs []*signalRecord) []any {
 	list := make([]any, 0, len(sigs))
 	for _, sg := range sigs {
 		p := &typesv1.SignalPayload{}
@@ -322,7 +334,7 @@ func (s *Server) signalsQuery(rec *record) (any, error) {
 		}
 		list = append(list, item)
 	}
-	return list, nil
+	return list
 }
 
 // StartWorkflow implements OrchestratorService.StartWorkflow.
@@ -362,12 +374,9 @@ func (s *Server) CancelWorkflow(_ context.Context, req *orchestratorv1.CancelWor
 
 // ListWorkflows implements OrchestratorService.ListWorkflows.
 func (s *Server) ListWorkflows(_ context.Context, req *orchestratorv1.ListWorkflowsRequest) (*orchestratorv1.ListWorkflowsResponse, error) {
-	size := int(req.GetPageSize())
-	if size < 0 || size > 1000 {
-		return nil, fmt.Errorf("page_size %d: want 0 to 1000: %w", size, errs.InvalidArgument)
-	}
-	if size == 0 {
-		size = DefaultPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	recs, next, err := s.e.j.List(req.GetStatus(), size, req.GetPageToken())
 	if err != nil {
@@ -382,6 +391,18 @@ func (s *Server) ListWorkflows(_ context.Context, req *orchestratorv1.ListWorkfl
 		resp.Workflows = append(resp.Workflows, wf)
 	}
 	return resp, nil
+}
+
+// pageSize checks a ListWorkflows page size; 0 is the default.
+func pageSize(n int32) (int, error) {
+	size := int(n)
+	if size < 0 || size > 1000 {
+		return 0, fmt.Errorf("page_size %d: want 0 to 1000: %w", size, errs.InvalidArgument)
+	}
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	return size, nil
 }
 
 func toWorkflow(r *record) (*orchestratorv1.Workflow, error) {
