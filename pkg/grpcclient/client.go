@@ -167,3 +167,7 @@ func clientTLS(cfg Config) (*tls.Config, error) {
 	}
 	return tc, nil
 }
+
+// TLSConfig is the client TLS configuration Dial uses for cfg, for
+// clients that dial through another library (the Temporal SDK).
+func TLSConfig(cfg Config) (*tls.Config, error) { return clientTLS(cfg) }

@@ -53,10 +53,17 @@ func userInput(text, session string) *operatorv1.OperatorInput {
 }
 
 func TestEndToEndDelegateHandoffHistory(t *testing.T) {
-	ctx := ctxT(t)
 	stateAddr, st, writes := startState(t)
 	opAddr := startOperator(t, stateAddr)
 	o := startOrch(t, t.TempDir(), registryYAML(t, e2eAgents(opAddr)...), stateAddr, orchOptions{})
+	testEndToEnd(t, o, st, writes)
+}
+
+// testEndToEnd runs the three agents of e2eAgents through o: a
+// delegation, a handoff, memory written once, session history kept,
+// queries, events and a repeated Dispatch.
+func testEndToEnd(t *testing.T, o *orch, st statev1.StateServiceClient, writes *writeCounter) {
+	ctx := ctxT(t)
 
 	sub, err := o.events.Subscribe(ctx, &lifecyclev1.SubscribeRequest{WorkflowId: "wf-e2e-1"})
 	if err != nil {

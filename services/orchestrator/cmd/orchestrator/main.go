@@ -12,14 +12,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/shopspring/decimal"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
@@ -82,8 +87,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		subBuf      = fs.Int("subscriber-buffer", 256, "events buffered per subscriber; a slower subscriber misses events (reported as dropped) instead of slowing dispatch")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or text")
+		backend     = fs.String("backend", "bolt", "workflow durability: bolt (a journal in --data-dir; one process) or temporal (workflows on a Temporal cluster; any number of orchestrators)")
+		tAddr       = fs.String("temporal-address", "", "Temporal frontend host:port for --backend temporal, e.g. 127.0.0.1:7233")
+		tNamespace  = fs.String("temporal-namespace", "default", "Temporal namespace of the workflows")
+		tQueue      = fs.String("temporal-task-queue", orchestrator.DefaultTaskQueue, "Temporal task queue the workers poll; every orchestrator of one deployment uses the same")
+		tHeartbeat  = fs.Duration("temporal-heartbeat-timeout", orchestrator.DefaultHeartbeatTimeout, "how soon an operator call whose worker died is tried again by another worker")
+		tCall       = fs.Duration("temporal-call-timeout", orchestrator.DefaultCallTimeout, "longest one operator call attempt may take under --backend temporal")
+		tAPIKeyFile = fs.String("temporal-api-key-file", "", "file holding a Temporal API key (Temporal Cloud)")
+		temporalTLS grpcclient.Config
 	)
-	fs.Usage = flagenv.Usage(fs, envPrefix, "orchestrator: the layer0 OrchestratorService and LifecycleService (bbolt journal)")
+	fs.StringVar(&temporalTLS.CAFile, "temporal-ca", "", "CA bundle that signed the Temporal frontend's certificate (empty: the system roots)")
+	fs.StringVar(&temporalTLS.CertFile, "temporal-cert", "", "client certificate for mTLS to Temporal")
+	fs.StringVar(&temporalTLS.KeyFile, "temporal-key", "", "client key for mTLS to Temporal")
+	fs.StringVar(&temporalTLS.ServerName, "temporal-server-name", "", "name to verify in the Temporal frontend's certificate")
+	fs.BoolVar(&temporalTLS.Plaintext, "temporal-plaintext", false, "reach Temporal without TLS outside --dev (behind a mesh)")
+	fs.Usage = flagenv.Usage(fs, envPrefix, "orchestrator: the layer0 OrchestratorService and LifecycleService (bbolt journal or Temporal)")
 	if err := flagenv.Parse(fs, envPrefix, args, nil); err != nil {
 		return err
 	}
@@ -95,6 +113,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if stateCfg.Target == "" {
 		return errors.New("--state-addr is required: memory effects are applied through the State service")
+	}
+	switch *backend {
+	case "bolt":
+	case "temporal":
+		if *tAddr == "" {
+			return errors.New("--backend temporal needs --temporal-address, the Temporal frontend's host:port (e.g. 127.0.0.1:7233)")
+		}
+	default:
+		return fmt.Errorf("--backend %q: want bolt or temporal", *backend)
 	}
 	frac, err := decimal.NewFromString(*warn)
 	if err != nil || !frac.IsPositive() || frac.GreaterThan(decimal.NewFromInt(1)) {
@@ -136,49 +163,107 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stateConn.Close()
 
-	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	path := filepath.Join(*dataDir, "journal.db")
-	j, err := orchestrator.OpenJournal(path, *lockTimeout)
-	if err != nil {
-		return err
-	}
-	defer j.Close()
-	log.Info("journal", "file", path, "agents", len(reg.Agents()))
-
-	bus := lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: j.Epoch() * 1_000_000_000})
-	defer bus.Close()
-	eng := orchestrator.NewEngine(j, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.Options{
+	opts := orchestrator.Options{
 		MaxDepth: uint32(min(*maxDepth, 1<<16)), MaxSteps: *maxSteps, Workers: *workers, WarnFraction: frac, Log: log,
-	})
-	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(eng))
-	lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx)))
-
-	n, err := eng.Resume()
-	if err != nil {
-		return fmt.Errorf("resume workflows from %s: %w", path, err)
 	}
-	if n > 0 {
-		log.Info("resumed unfinished workflows", "count", n)
+	state := statev1.NewStateServiceClient(stateConn)
+	var stopEngine func()
+	if *backend == "temporal" {
+		tls := temporalTLS
+		tls.Dev = srvCfg.Dev
+		tc, err := dialTemporal(*tAddr, *tNamespace, tls, *tAPIKeyFile, log)
+		if err != nil {
+			return err
+		}
+		defer tc.Close()
+		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: uint64(time.Now().UnixMilli()) * 1_000_000})
+		defer bus.Close()
+		t := orchestrator.NewTemporal(tc, reg, caller, state, bus, orchestrator.TemporalOptions{
+			TaskQueue: *tQueue, HeartbeatTimeout: *tHeartbeat, CallTimeout: *tCall, Engine: opts,
+		})
+		if err := t.Start(); err != nil {
+			return err
+		}
+		stopEngine = t.Stop
+		log.Info("temporal", "address", *tAddr, "namespace", *tNamespace, "task_queue", *tQueue, "agents", len(reg.Agents()))
+		orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewTemporalServer(t))
+		lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx)))
+	} else {
+		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		path := filepath.Join(*dataDir, "journal.db")
+		j, err := orchestrator.OpenJournal(path, *lockTimeout)
+		if err != nil {
+			return err
+		}
+		defer j.Close()
+		log.Info("journal", "file", path, "agents", len(reg.Agents()))
+
+		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: j.Epoch() * 1_000_000_000})
+		defer bus.Close()
+		eng := orchestrator.NewEngine(j, reg, caller, state, bus, opts)
+		orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(eng))
+		lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx)))
+
+		n, err := eng.Resume()
+		if err != nil {
+			return fmt.Errorf("resume workflows from %s: %w", path, err)
+		}
+		if n > 0 {
+			log.Info("resumed unfinished workflows", "count", n)
+		}
+		stopEngine = eng.Close
 	}
 	lis, err := srv.Listen()
 	if err != nil {
-		eng.Close()
+		stopEngine()
 		return err
 	}
 	// On shutdown, workflows pause first (they stay RUNNING in the journal
-	// and resume at the next start), so Dispatch callers get UNAVAILABLE
-	// instead of holding the graceful stop open.
+	// and resume at the next start; under Temporal, another worker takes
+	// them), so Dispatch callers get UNAVAILABLE instead of holding the
+	// graceful stop open.
 	paused := make(chan struct{})
 	served, stopped := context.WithCancel(ctx)
 	go func() {
 		<-served.Done()
-		eng.Close()
+		stopEngine()
 		close(paused)
 	}()
 	err = srv.Serve(ctx, lis)
 	stopped()
 	<-paused
 	return err
+}
+
+// dialTemporal connects to the Temporal frontend: TLS unless --dev or
+// --temporal-plaintext, an API key when one is given.
+func dialTemporal(addr, namespace string, cfg grpcclient.Config, apiKeyFile string, log *slog.Logger) (client.Client, error) {
+	opts := client.Options{HostPort: addr, Namespace: namespace, Logger: tlog.NewStructuredLogger(log)}
+	if !cfg.Dev && !cfg.Plaintext {
+		tc, err := grpcclient.TLSConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--temporal-ca/--temporal-cert/--temporal-key: %w", err)
+		}
+		opts.ConnectionOptions.TLS = tc
+	}
+	if apiKeyFile != "" {
+		b, err := os.ReadFile(apiKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--temporal-api-key-file: %w", err)
+		}
+		key := strings.TrimSpace(string(b))
+		if key == "" {
+			return nil, fmt.Errorf("--temporal-api-key-file %s is empty", apiKeyFile)
+		}
+		opts.Credentials = client.NewAPIKeyStaticCredentials(key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--temporal-address %s (namespace %q): %w", addr, namespace, err)
+	}
+	return c, nil
 }

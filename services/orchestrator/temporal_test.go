@@ -1,0 +1,68 @@
+package orchestrator_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/services/orchestrator"
+)
+
+// startTemporalOrch runs an orchestrator on the Temporal backend (a
+// worker and the gRPC server) against dev, stopped when the test ends.
+func startTemporalOrch(t *testing.T, dev *testenv.TemporalDev, registry []byte, stateAddr string, o orchOptions) *orch {
+	t.Helper()
+	reg, err := orchestrator.ParseRegistry(registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append([]grpc.UnaryClientInterceptor{orchestrator.AuditInterceptor(quiet()), orchestrator.BudgetInterceptor()}, o.chain...)
+	caller := orchestrator.NewGRPCCaller(grpcclient.Config{Dev: true}, grpcclient.Config{Dev: true}, chain...)
+	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: stateAddr, Dev: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := lifecycle.NewBus(lifecycle.Options{StartSequence: uint64(time.Now().UnixMilli()) * 1_000_000})
+	if o.engine.Log == nil {
+		o.engine.Log = quiet()
+	}
+	tq := "neuron-" + t.Name()
+	tb := orchestrator.NewTemporal(dev.Client, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.TemporalOptions{
+		TaskQueue: tq, HeartbeatTimeout: 2 * time.Second, Engine: o.engine,
+	})
+	if err := tb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, func(s *grpcserver.Server) {
+		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewTemporalServer(tb))
+		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus))
+	})
+	t.Cleanup(func() {
+		tb.Stop()
+		bus.Close()
+		caller.Close()
+		stateConn.Close()
+	})
+	cc := dial(t, addr)
+	return &orch{addr: addr, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
+		events: lifecyclev1.NewLifecycleServiceClient(cc), stop: tb.Stop}
+}
+
+func TestTemporalEndToEnd(t *testing.T) {
+	dev := testenv.Temporal(t)
+	stateAddr, st, writes := startState(t)
+	opAddr := startOperator(t, stateAddr)
+	o := startTemporalOrch(t, dev, registryYAML(t, e2eAgents(opAddr)...), stateAddr, orchOptions{})
+	testEndToEnd(t, o, st, writes)
+}
+
+var _ = slog.Default
