@@ -3,6 +3,8 @@
 # the ratios the issue sets targets for:
 #   Read:  service throughput / bare grpc-go echo throughput   (>= 50%)
 #   Write: service throughput at concurrency 64 / at 1        (>= 5x)
+# and, beside them, the same service on PostgreSQL (service-postgres rows:
+# reported only, no target; absent when PostgreSQL could not start).
 #
 # Usage:
 #   scripts/bench-state.sh            run services/state/benchmark COUNT
@@ -64,7 +66,7 @@ awk -F '\t' -v runs="$runs" -v cpus="$(getconf _NPROCESSORS_ONLN)" -v gov="$(go 
     printf "StateService benchmarks: %s; %s CPUs, %s\n\n", runs, cpus, gov
     print "| op | server | concurrency | ops/s | p50 µs | p99 µs |"
     print "|---|---|---:|---:|---:|---:|"
-    nt = split("Read/service Read/echo Read/bolt Write/service Write/bolt Write/boltbatch", targets, " ")
+    nt = split("Read/service Read/service-postgres Read/echo Read/bolt Write/service Write/service-postgres Write/bolt Write/boltbatch", targets, " ")
     for (i = 1; i <= nt; i++) for (c = 1; c <= 64; c += 63) {
       name = targets[i] "/conc=" c
       if (!(name in seen)) continue

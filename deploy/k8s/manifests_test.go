@@ -99,14 +99,10 @@ func TestWorkloads(t *testing.T) {
 		for _, s := range services {
 			t.Run(tg.name()+"/"+s.name, func(t *testing.T) {
 				w := r.workload(t, s)
-				if w.kind != s.kind {
-					t.Errorf("kind %s, want %s", w.kind, s.kind)
+				if w.kind != tg.kind(s) {
+					t.Errorf("kind %s, want %s", w.kind, tg.kind(s))
 				}
-				wantReplicas := int32(1)
-				if s.stateless && tg.mode == modeProd {
-					wantReplicas = 3
-				}
-				if w.replicas != wantReplicas {
+				if wantReplicas := tg.replicas(s); w.replicas != wantReplicas {
 					t.Errorf("replicas %d, want %d", w.replicas, wantReplicas)
 				}
 				sel, err := metav1.LabelSelectorAsSelector(w.selector)
@@ -122,7 +118,7 @@ func TestWorkloads(t *testing.T) {
 				checkResources(t, c)
 				checkVolumes(t, r, w, c)
 				checkServiceAccount(t, r, s, w.pod.Spec)
-				if s.kind == "StatefulSet" {
+				if w.kind == "StatefulSet" {
 					checkClaim(t, w, c)
 				}
 			})
@@ -214,16 +210,7 @@ func checkImage(t *testing.T, s svc, c corev1.Container) {
 func checkListen(t *testing.T, s svc, c corev1.Container) {
 	t.Helper()
 	want := "0.0.0.0:" + strconv.Itoa(int(s.port))
-	addr := ""
-	for i, a := range c.Args {
-		switch {
-		case a == "--addr" && i+1 < len(c.Args):
-			addr = c.Args[i+1]
-		case strings.HasPrefix(a, "--addr="):
-			addr = strings.TrimPrefix(a, "--addr=")
-		}
-	}
-	if addr != want {
+	if addr := argValue(c.Args, "--addr"); addr != want {
 		t.Errorf("args %q: --addr %q, want %q", c.Args, addr, want)
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "grpc" || c.Ports[0].ContainerPort != s.port {
@@ -381,10 +368,10 @@ func TestConfig(t *testing.T) {
 					if err != nil || m.ReadOnly || (v.EmptyDir == nil && v.PersistentVolumeClaim == nil) {
 						t.Errorf("%s_DATA_DIR %s: mount %+v, volume %+v (%v): want a writable emptyDir or claim", s.env, dir, m, v, err)
 					}
-					if s.kind == "StatefulSet" && v.PersistentVolumeClaim == nil {
+					if tg.kind(s) == "StatefulSet" && v.PersistentVolumeClaim == nil {
 						t.Errorf("%s_DATA_DIR %s is not on the StatefulSet's claim", s.env, dir)
 					}
-				} else if s.kind == "StatefulSet" {
+				} else if tg.kind(s) == "StatefulSet" {
 					t.Errorf("%s_DATA_DIR is unset: the bbolt file would land in the read-only root", s.env)
 				}
 				switch s.name {
@@ -727,16 +714,19 @@ func TestEnvironmentRBAC(t *testing.T) {
 	}
 }
 
-// Availability: in prod the stateless services have a PodDisruptionBudget
-// and spread over nodes; the single writers have neither a second replica
-// nor a PDB that could block a drain forever.
+// Availability: in prod the stateless services (and in scale state and
+// the orchestrator too) have a PodDisruptionBudget and spread over nodes;
+// the single writers have neither a second replica nor a PDB that could
+// block a drain forever.
 func TestAvailability(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name(), func(t *testing.T) {
 			r := render(t, tg)
 			wantPDBs := 0
-			if tg.mode == modeProd {
-				wantPDBs = 2
+			for _, s := range services {
+				if tg.replicated(s) {
+					wantPDBs++
+				}
 			}
 			if len(r.pdbs) != wantPDBs {
 				t.Errorf("%d PodDisruptionBudgets, want %d", len(r.pdbs), wantPDBs)
@@ -759,7 +749,7 @@ func TestAvailability(t *testing.T) {
 						t.Errorf("PDB %s: maxUnavailable %v minAvailable %v; want 1 <= maxUnavailable < %d replicas", pdb.Name, mu, pdb.Spec.MinAvailable, w.replicas)
 					}
 				}
-				wantCovered := tg.mode == modeProd && s.stateless
+				wantCovered := tg.replicated(s)
 				if (len(covering) == 1) != wantCovered || len(covering) > 1 {
 					t.Errorf("%s: covered by PDBs %v, want one: %v", s.name, covering, wantCovered)
 				}
@@ -778,6 +768,111 @@ func TestAvailability(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// overlays/scale: state is a Deployment of three replicas on PostgreSQL,
+// reading its DSN from a file of the Secret neuron-postgres (key dsn) and
+// from nowhere else; the orchestrator is a Deployment of two replicas on
+// Temporal; no StatefulSet and no volume claim is left.
+func TestScale(t *testing.T) {
+	i := slices.IndexFunc(targets, func(tg target) bool { return tg.scale })
+	if i < 0 {
+		t.Fatal("no scale target")
+	}
+	r := render(t, targets[i])
+	if len(r.statefulSets) != 0 {
+		t.Errorf("StatefulSets %v are left; want none", keys(r.statefulSets))
+	}
+	orch, st := services[0], services[2]
+
+	t.Run("state", func(t *testing.T) {
+		w := r.workload(t, st)
+		if w.kind != "Deployment" || w.replicas != 3 {
+			t.Errorf("%s %s with %d replicas; want a Deployment with 3", w.kind, st.object(), w.replicas)
+		}
+		c := w.container(t, st)
+		if got := argValue(c.Args, "--backend"); got != "postgres" {
+			t.Errorf("args %q: --backend %q, want postgres", c.Args, got)
+		}
+		if got := argValue(c.Args, "--postgres-dsn"); got != "" {
+			t.Errorf("args %q: --postgres-dsn puts the DSN in argv; want --postgres-dsn-file only", c.Args)
+		}
+		file := argValue(c.Args, "--postgres-dsn-file")
+		if file != "/var/run/secrets/neuron/postgres/dsn" {
+			t.Errorf("args %q: --postgres-dsn-file %q, want /var/run/secrets/neuron/postgres/dsn", c.Args, file)
+		}
+		m, v, err := w.mountFor(c, file)
+		if err != nil {
+			t.Fatalf("--postgres-dsn-file %s: %v", file, err)
+		}
+		if !m.ReadOnly || v.Secret == nil || v.Secret.SecretName != "neuron-postgres" {
+			t.Fatalf("--postgres-dsn-file %s: mount %+v, volume %+v; want the Secret neuron-postgres, read-only", file, m, v.VolumeSource)
+		}
+		if v.Secret.Optional != nil && *v.Secret.Optional {
+			t.Errorf("Secret neuron-postgres is optional; the service must not start without it")
+		}
+		// The file's name in the mount is the Secret key, unless items
+		// map a key to another path.
+		rel := strings.TrimPrefix(strings.TrimPrefix(file, m.MountPath), "/")
+		key := rel
+		if items := v.Secret.Items; len(items) > 0 {
+			key = ""
+			for _, it := range items {
+				if it.Path == rel {
+					key = it.Key
+				}
+			}
+		}
+		if key != "dsn" {
+			t.Errorf("--postgres-dsn-file %s is key %q of Secret neuron-postgres (items %+v); want key dsn", file, key, v.Secret.Items)
+		}
+		cfg, _ := r.config(t, st, c)
+		for _, k := range []string{"NEURON_STATE_POSTGRES_DSN", "NEURON_STATE_POSTGRES_DSN_FILE", "NEURON_STATE_BACKEND", "NEURON_STATE_DATA_DIR", "NEURON_STATE_LOCK_TIMEOUT"} {
+			if val, ok := cfg[k]; ok {
+				t.Errorf("%s = %q: want unset (the DSN only in the Secret, the backend in args, no bbolt settings)", k, val)
+			}
+		}
+		checkNoClaims(t, w)
+	})
+
+	t.Run("orchestrator", func(t *testing.T) {
+		w := r.workload(t, orch)
+		if w.kind != "Deployment" || w.replicas != 2 {
+			t.Errorf("%s %s with %d replicas; want a Deployment with 2", w.kind, orch.object(), w.replicas)
+		}
+		c := w.container(t, orch)
+		want := map[string]string{
+			"--backend":             "temporal",
+			"--temporal-address":    "temporal-frontend.temporal.svc:7233",
+			"--temporal-namespace":  "neuron",
+			"--temporal-task-queue": "neuron",
+		}
+		for flag, val := range want {
+			if got := argValue(c.Args, flag); got != val {
+				t.Errorf("args %q: %s %q, want %q", c.Args, flag, got, val)
+			}
+		}
+		cfg, _ := r.config(t, orch, c)
+		for _, k := range []string{"NEURON_ORCHESTRATOR_BACKEND", "NEURON_ORCHESTRATOR_DATA_DIR", "NEURON_ORCHESTRATOR_LOCK_TIMEOUT"} {
+			if val, ok := cfg[k]; ok {
+				t.Errorf("%s = %q: want unset (the backend in args, no bbolt settings)", k, val)
+			}
+		}
+		checkNoClaims(t, w)
+	})
+}
+
+// checkNoClaims: the workload keeps nothing on a persistent volume.
+func checkNoClaims(t *testing.T, w workload) {
+	t.Helper()
+	if len(w.claims) > 0 {
+		t.Errorf("volumeClaimTemplates %+v; want none", w.claims)
+	}
+	for _, v := range w.pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("volume %s is a PersistentVolumeClaim; want none", v.Name)
+		}
 	}
 }
 
@@ -823,8 +918,9 @@ func TestConfigNamesAreFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	envName := regexp.MustCompile(`^  --[a-z0-9-]+  \[([A-Z0-9_]+)\]$`)
-	known := map[string]map[string]bool{}
+	helpLine := regexp.MustCompile(`^  (--[a-z0-9-]+)  \[([A-Z0-9_]+)\]$`)
+	known := map[string]map[string]bool{}      // service -> its variables
+	knownFlags := map[string]map[string]bool{} // service -> its flags (--name)
 	for _, s := range services {
 		cmd := exec.Command(goBin, "build", "-o", bin+"/", "./services/"+s.name+"/cmd/"+s.name)
 		cmd.Dir = root
@@ -836,10 +932,11 @@ func TestConfigNamesAreFlags(t *testing.T) {
 		var out bytes.Buffer
 		help.Stdout, help.Stderr = &out, &out
 		_ = help.Run() // --help exits 0 or 2 depending on the flag package
-		known[s.name] = map[string]bool{}
+		known[s.name], knownFlags[s.name] = map[string]bool{}, map[string]bool{}
 		for _, line := range strings.Split(out.String(), "\n") {
-			if m := envName.FindStringSubmatch(line); m != nil {
-				known[s.name][m[1]] = true
+			if m := helpLine.FindStringSubmatch(line); m != nil {
+				knownFlags[s.name][m[1]] = true
+				known[s.name][m[2]] = true
 			}
 		}
 		if len(known[s.name]) < 5 {
@@ -862,6 +959,13 @@ func TestConfigNamesAreFlags(t *testing.T) {
 			}
 			if !flags[s.env+"_ADDR"] {
 				t.Errorf("%s has no --addr", s.name)
+			}
+			// Args: every --flag is one the binary has.
+			for _, a := range w.container(t, s).Args {
+				name, _, _ := strings.Cut(a, "=")
+				if strings.HasPrefix(name, "--") && !knownFlags[s.name][name] {
+					t.Errorf("%s: %s passes %s, which %s does not have", tg.name(), s.object(), name, s.name)
+				}
 			}
 		}
 	}
@@ -912,6 +1016,21 @@ func TestServerDryRun(t *testing.T) {
 }
 
 // helpers
+
+// argValue is the value of flag (--name) in args, given as "--name v" or
+// "--name=v"; the last one wins, as in the flag package; "" when absent.
+func argValue(args []string, flag string) string {
+	v := ""
+	for i, a := range args {
+		switch {
+		case a == flag && i+1 < len(args):
+			v = args[i+1]
+		case strings.HasPrefix(a, flag+"="):
+			v = strings.TrimPrefix(a, flag+"=")
+		}
+	}
+	return v
+}
 
 func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

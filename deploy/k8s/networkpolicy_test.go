@@ -266,6 +266,9 @@ func TestNetworkPolicies(t *testing.T) {
 				"apps": {"kubernetes.io/metadata.name": "apps", "neuron.dev/client-namespace": "true"},
 				// A namespace nobody labelled.
 				"other": {"kubernetes.io/metadata.name": "other"},
+				// Where overlays/scale's dependencies may run.
+				"temporal": {"kubernetes.io/metadata.name": "temporal"},
+				"db":       {"kubernetes.io/metadata.name": "db"},
 			}}
 
 			pods := map[string]endpoint{}
@@ -383,6 +386,34 @@ func TestNetworkPolicies(t *testing.T) {
 			for _, c := range calls {
 				if got := n.allowed(pods[c.src], c.dst, corev1.ProtocolTCP, c.port); got != c.want {
 					t.Errorf("%s -> %s:%d: allowed %v, want %v", c.src, c.dst.ip, c.port, got, c.want)
+				}
+			}
+
+			// overlays/scale's dependencies: only state reaches PostgreSQL
+			// (in the cluster or a managed one outside), only the
+			// orchestrator the Temporal frontend, each on its one port,
+			// and only in scale.
+			deps := []struct {
+				dst  endpoint
+				port int32
+				from string // the one pod allowed, in scale
+			}{
+				{endpoint{name: "postgres", namespace: "db", labels: map[string]string{"app": "postgres"}, ip: netip.MustParseAddr("10.244.3.1")}, 5432, "state"},
+				{addr("10.20.0.5"), 5432, "state"},
+				{endpoint{name: "temporal-frontend", namespace: "temporal", labels: map[string]string{"app.kubernetes.io/component": "frontend"}, ip: netip.MustParseAddr("10.244.4.1")}, 7233, "orchestrator"},
+			}
+			for _, d := range deps {
+				for name, src := range pods {
+					if src.namespace != ns {
+						continue
+					}
+					want := tg.scale && name == d.from
+					if got := n.allowed(src, d.dst, corev1.ProtocolTCP, d.port); got != want {
+						t.Errorf("%s -> %s:%d: allowed %v, want %v", name, d.dst.name, d.port, got, want)
+					}
+					if n.allowed(src, d.dst, corev1.ProtocolTCP, d.port+1) {
+						t.Errorf("%s -> %s:%d: allowed", name, d.dst.name, d.port+1)
+					}
 				}
 			}
 		})

@@ -41,6 +41,9 @@ type target struct {
 	// components are added to dir by a kustomization written in a temp
 	// dir (relative to deploy/k8s), as a user's own overlay would.
 	components []string
+	// scale: state on PostgreSQL and the orchestrator on Temporal, each a
+	// replicated Deployment (overlays/scale); the rest as in mode.
+	scale bool
 }
 
 func (tg target) name() string {
@@ -61,6 +64,33 @@ func (tg target) lifecycle() bool {
 	return false
 }
 
+// scaled reports whether s runs replicated on shared storage in tg
+// (overlays/scale): a Deployment of s.scaleReplicas.
+func (tg target) scaled(s svc) bool { return tg.scale && s.scaleReplicas > 0 }
+
+// kind is the workload kind of s in tg.
+func (tg target) kind(s svc) string {
+	if tg.scaled(s) {
+		return "Deployment"
+	}
+	return s.kind
+}
+
+// replicas is the number of replicas of s in tg.
+func (tg target) replicas(s svc) int32 {
+	switch {
+	case tg.scaled(s):
+		return s.scaleReplicas
+	case s.stateless && tg.mode == modeProd:
+		return 3
+	}
+	return 1
+}
+
+// replicated reports whether s has more than one replica in tg, and so a
+// PodDisruptionBudget and a spread over nodes.
+func (tg target) replicated(s svc) bool { return tg.replicas(s) > 1 }
+
 // targets are the renderings every test checks.
 var targets = []target{
 	{dir: "base", namespace: "neuron", mode: modeBase},
@@ -68,6 +98,7 @@ var targets = []target{
 	{dir: "overlays/prod", namespace: "neuron", mode: modeProd},
 	{dir: "overlays/dev", namespace: "neuron-dev", mode: modeDev, components: []string{"components/lifecycle-events"}},
 	{dir: "overlays/prod", namespace: "neuron", mode: modeProd, components: []string{"components/lifecycle-events"}},
+	{dir: "overlays/scale", namespace: "neuron", mode: modeProd, scale: true},
 }
 
 // svc describes one neuron service as every rendering must deploy it.
@@ -76,6 +107,10 @@ type svc struct {
 	port int32
 	// kind is the workload kind: StatefulSet for the bbolt single writers.
 	kind string
+	// scaleReplicas is the number of replicas of a single writer whose
+	// data overlays/scale moves off the pod (state to PostgreSQL, the
+	// orchestrator to Temporal); 0 for the others.
+	scaleReplicas int32
 	// stateless services scale to three replicas in prod.
 	stateless bool
 	// env is the prefix of the service's flag variables.
@@ -88,9 +123,9 @@ type svc struct {
 }
 
 var services = []svc{
-	{name: "orchestrator", port: 7070, kind: "StatefulSet", env: "NEURON_ORCHESTRATOR", peers: []string{"OPERATOR", "ENVIRONMENT"}},
+	{name: "orchestrator", port: 7070, kind: "StatefulSet", scaleReplicas: 2, env: "NEURON_ORCHESTRATOR", peers: []string{"OPERATOR", "ENVIRONMENT"}},
 	{name: "operator", port: 7071, kind: "Deployment", stateless: true, env: "NEURON_OPERATOR"},
-	{name: "state", port: 7072, kind: "StatefulSet", env: "NEURON_STATE"},
+	{name: "state", port: 7072, kind: "StatefulSet", scaleReplicas: 3, env: "NEURON_STATE"},
 	{name: "environment", port: 7073, kind: "Deployment", stateless: true, env: "NEURON_ENVIRONMENT", kubeAPI: true},
 }
 

@@ -37,6 +37,10 @@ func failWith(code codes.Code, reason, msg string) behaviour {
 func reasonOf(st *typesv1.Status) string { return st.GetReason() }
 
 func TestDispatchManyKeepsOrderAndIsolatesFailures(t *testing.T) {
+	backends(t, testDispatchManyKeepsOrderAndIsolatesFailures)
+}
+
+func testDispatchManyKeepsOrderAndIsolatesFailures(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	_, opAddr := startFake(t, map[string]behaviour{
@@ -45,7 +49,7 @@ func TestDispatchManyKeepsOrderAndIsolatesFailures(t *testing.T) {
 		},
 		"bad": failWith(codes.FailedPrecondition, errs.ReasonNonRetryable, "the model refused"),
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "ok", "bad")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "ok", "bad")...), stateAddr, orchOptions{})
 	task := func(agent, text string) *orchestratorv1.DispatchRequest {
 		return &orchestratorv1.DispatchRequest{AgentId: agent, Input: userInput(text, "")}
 	}
@@ -75,7 +79,9 @@ func TestDispatchManyKeepsOrderAndIsolatesFailures(t *testing.T) {
 	}
 }
 
-func TestDelegationGuards(t *testing.T) {
+func TestDelegationGuards(t *testing.T) { backends(t, testDelegationGuards) }
+
+func testDelegationGuards(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	_, opAddr := startFake(t, map[string]behaviour{
@@ -85,7 +91,7 @@ func TestDelegationGuards(t *testing.T) {
 		"d": answer("d", delegateTo("e", "down")),
 		"e": answer("e"),
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "a", "b", "c", "d", "e")...), stateAddr,
+	o := start(t, registryYAML(t, agentsAt(opAddr, "a", "b", "c", "d", "e")...), stateAddr,
 		orchOptions{engine: orchestrator.Options{MaxDepth: 1}})
 	_, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "a", WorkflowId: "cycle", Input: userInput("x", "")})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "delegation cycle: a -> b -> a") {
@@ -104,7 +110,9 @@ func TestDelegationGuards(t *testing.T) {
 	}
 }
 
-func TestBudgetHaltsWorkflow(t *testing.T) {
+func TestBudgetHaltsWorkflow(t *testing.T) { backends(t, testBudgetHaltsWorkflow) }
+
+func testBudgetHaltsWorkflow(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	spend := func(text string, effs ...func(*operatorv1.OperatorInput) *typesv1.Effect) behaviour {
@@ -121,7 +129,7 @@ func TestBudgetHaltsWorkflow(t *testing.T) {
 		"helper": spend("helper", delegateTo("third", "more")),
 		"third":  spend("third"),
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "lead", "helper", "third")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "lead", "helper", "third")...), stateAddr, orchOptions{})
 	sub, err := o.events.Subscribe(ctx, &lifecyclev1.SubscribeRequest{WorkflowId: "budget", Kinds: []lifecyclev1.EventKind{lifecyclev1.EventKind_EVENT_KIND_BUDGET}})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +182,9 @@ func recvWithin(sub grpc.ServerStreamingClient[lifecyclev1.SubscribeResponse], d
 	}
 }
 
-func TestRetryPolicy(t *testing.T) {
+func TestRetryPolicy(t *testing.T) { backends(t, testRetryPolicy) }
+
+func testRetryPolicy(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	var flaky atomic.Int32
@@ -187,7 +197,7 @@ func TestRetryPolicy(t *testing.T) {
 		},
 		"down": failWith(codes.Unavailable, errs.ReasonRetryable, "still down"),
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "flaky", "down")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "flaky", "down")...), stateAddr, orchOptions{})
 	resp, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "flaky", Input: userInput("x", "")})
 	if err != nil || content.TextOf(resp.GetOutput().GetMessage()) != "finally" {
 		t.Fatalf("flaky: %v %v", resp, err)
@@ -204,7 +214,9 @@ func TestRetryPolicy(t *testing.T) {
 	}
 }
 
-func TestCancelStopsInFlightCall(t *testing.T) {
+func TestCancelStopsInFlightCall(t *testing.T) { backends(t, testCancelStopsInFlightCall) }
+
+func testCancelStopsInFlightCall(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	started := make(chan struct{})
@@ -217,7 +229,7 @@ func TestCancelStopsInFlightCall(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "slow")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "slow")...), stateAddr, orchOptions{})
 	if _, err := o.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{WorkflowId: "c1", AgentId: "slow", Input: userInput("x", "")}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +261,9 @@ func TestCancelStopsInFlightCall(t *testing.T) {
 	}
 }
 
-func TestCustomAndSignalEffects(t *testing.T) {
+func TestCustomAndSignalEffects(t *testing.T) { backends(t, testCustomAndSignalEffects) }
+
+func testCustomAndSignalEffects(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	custom := func(typ string) func(*operatorv1.OperatorInput) *typesv1.Effect {
@@ -265,7 +279,7 @@ func TestCustomAndSignalEffects(t *testing.T) {
 	}
 	_, opAddr := startFake(t, map[string]behaviour{"x": answer("done", custom("acme.email/v1"), custom("acme.unknown/v1"), signal, logEff)})
 	var handled []string
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "x")...), stateAddr, orchOptions{engine: orchestrator.Options{
+	o := start(t, registryYAML(t, agentsAt(opAddr, "x")...), stateAddr, orchOptions{engine: orchestrator.Options{
 		Handlers: map[string]orchestrator.EffectHandler{"acme.email/v1": func(_ context.Context, wf, key string, data *structpb.Value) error {
 			handled = append(handled, wf+"|"+key+"|"+data.GetStringValue())
 			return nil
@@ -318,6 +332,10 @@ func (haltingMiddleware) InterceptDispatch(_ context.Context, req *middlewarev1.
 }
 
 func TestRemoteMiddlewareAtDispatchBoundary(t *testing.T) {
+	backends(t, testRemoteMiddlewareAtDispatchBoundary)
+}
+
+func testRemoteMiddlewareAtDispatchBoundary(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	echo := func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
@@ -329,7 +347,7 @@ func TestRemoteMiddlewareAtDispatchBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "forbidden", "echo")...), stateAddr,
+	o := start(t, registryYAML(t, agentsAt(opAddr, "forbidden", "echo")...), stateAddr,
 		orchOptions{chain: []grpc.UnaryClientInterceptor{m.DispatchClientInterceptor()}})
 	_, err = o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "forbidden", Input: userInput("hello", "")})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "agent is disabled by policy") {
@@ -403,11 +421,13 @@ func waitStatus(t *testing.T, o *orch, id string, want orchestratorv1.WorkflowSt
 	}
 }
 
-func TestRequestErrors(t *testing.T) {
+func TestRequestErrors(t *testing.T) { backends(t, testRequestErrors) }
+
+func testRequestErrors(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	_, opAddr := startFake(t, map[string]behaviour{"ok": answer("ok")})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "ok")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "ok")...), stateAddr, orchOptions{})
 	for i := range 5 {
 		if _, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "ok", Input: userInput(strings.Repeat("x", i+1), "")}); err != nil {
 			t.Fatal(err)
@@ -480,7 +500,9 @@ func TestRequestErrors(t *testing.T) {
 	}
 }
 
-func TestSuspendAndResumeBySignals(t *testing.T) {
+func TestSuspendAndResumeBySignals(t *testing.T) { backends(t, testSuspendAndResumeBySignals) }
+
+func testSuspendAndResumeBySignals(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
 	fake, opAddr := startFake(t, map[string]behaviour{
@@ -498,7 +520,7 @@ func TestSuspendAndResumeBySignals(t *testing.T) {
 			}, nil
 		},
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "approver")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "approver")...), stateAddr, orchOptions{})
 	if _, err := o.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{WorkflowId: "s1", AgentId: "approver", Input: userInput("deploy?", "")}); err != nil {
 		t.Fatal(err)
 	}
@@ -544,17 +566,21 @@ func TestSuspendAndResumeBySignals(t *testing.T) {
 }
 
 func TestDispatchCallerDeadlineAndCancel(t *testing.T) {
+	backends(t, testDispatchCallerDeadlineAndCancel)
+}
+
+func testDispatchCallerDeadlineAndCancel(t *testing.T, start starter) {
 	ctx := ctxT(t)
 	stateAddr, _, _ := startState(t)
-	calls := make(chan struct{}, 4)
+	calls := make(chan string, 16) // workflow ids
 	_, opAddr := startFake(t, map[string]behaviour{
 		"slow": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
-			calls <- struct{}{}
+			calls <- in.GetDispatch().GetWorkflowId()
 			<-ctx.Done()
 			return nil, ctx.Err()
 		},
 	})
-	o := startOrch(t, t.TempDir(), registryYAML(t, agentsAt(opAddr, "slow")...), stateAddr, orchOptions{})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "slow")...), stateAddr, orchOptions{})
 
 	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err := o.client.Dispatch(dctx, &orchestratorv1.DispatchRequest{AgentId: "slow", WorkflowId: "late", Input: userInput("x", "")})
@@ -573,8 +599,13 @@ func TestDispatchCallerDeadlineAndCancel(t *testing.T) {
 		_, err := o.client.Dispatch(cctx, &orchestratorv1.DispatchRequest{AgentId: "slow", WorkflowId: "gone", Input: userInput("x", "")})
 		errc <- err
 	}()
-	<-calls // the first workflow's call
-	<-calls // this one's
+	// Cancel once this workflow's call is in flight (the first one's
+	// may or may not have started before its deadline).
+	for id := range calls {
+		if id == "gone" {
+			break
+		}
+	}
 	cancel()
 	if err := <-errc; status.Code(err) != codes.Canceled {
 		t.Errorf("cancelled by the caller: %v, want CANCELED", err)

@@ -106,18 +106,38 @@ func NewTemporal(c client.Client, reg *Registry, caller Caller, state statev1.St
 	return &Temporal{c: c, reg: reg, caller: caller, state: state, bus: bus, opts: opts, policy: e.Policy, log: e.Log}
 }
 
-// Register registers the workflow and activities with a worker (tests
-// use it with the SDK's test environment).
-func (t *Temporal) Register(r worker.Registry) {
+// WorkflowRegistry is where the workflow is registered: a worker, the
+// SDK's test environment or a replayer.
+type WorkflowRegistry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
+// ActivityRegistry is where the activities are registered: a worker or
+// the SDK's test environment.
+type ActivityRegistry interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// RegisterWorkflow registers the workflow (replay tests need only it).
+func (t *Temporal) RegisterWorkflow(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(t.workflow, workflow.RegisterOptions{Name: twName})
+}
+
+// RegisterActivities registers the operator-call and effect activities.
+func (t *Temporal) RegisterActivities(r ActivityRegistry) {
 	r.RegisterActivityWithOptions(t.callActivity, activity.RegisterOptions{Name: twCallActivity})
 	r.RegisterActivityWithOptions(t.effectActivity, activity.RegisterOptions{Name: twEffActivity})
 }
 
+// WorkflowName is the Temporal workflow type of every orchestrator
+// workflow.
+const WorkflowName = twName
+
 // Start runs a worker on the task queue until Stop.
 func (t *Temporal) Start() error {
 	t.w = worker.New(t.c, t.opts.TaskQueue, worker.Options{})
-	t.Register(t.w)
+	t.RegisterWorkflow(t.w)
+	t.RegisterActivities(t.w)
 	if err := t.w.Start(); err != nil {
 		return fmt.Errorf("starting the Temporal worker on task queue %q: %w", t.opts.TaskQueue, err)
 	}
@@ -471,20 +491,26 @@ func (t *Temporal) signalSeq(ctx context.Context, workflowID, key string) (uint6
 // temporalErr maps a Temporal client error to the errs kinds.
 func temporalErr(err error, workflowID string) error {
 	var (
-		notFound *serviceerror.NotFound
+		missing  *serviceerror.NotFound
 		started  *serviceerror.WorkflowExecutionAlreadyStarted
 		unavail  *serviceerror.Unavailable
 		qfail    *serviceerror.QueryFailed
+		deadline *serviceerror.DeadlineExceeded
+		canceled *serviceerror.Canceled
 	)
 	switch {
-	case errors.As(err, &notFound):
+	case errors.As(err, &missing):
 		if strings.Contains(err.Error(), "already completed") {
-			return fmt.Errorf("workflow %q has ended; signals go to running or suspended workflows: %w", workflowID, errs.FailedPrecondition)
+			return fmt.Errorf("workflow %q has ended; signals go to running workflows: %w", workflowID, errs.FailedPrecondition)
 		}
-		return fmt.Errorf("workflow %q not found: %w", workflowID, errs.NotFound)
+		return notFound(workflowID)
 	case errors.As(err, &started):
 		return fmt.Errorf("workflow %q already exists: %w", workflowID, errs.AlreadyExists)
-	case errors.As(err, &unavail), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &deadline), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%v: %w", err, errs.DeadlineExceeded)
+	case errors.As(err, &canceled):
+		return fmt.Errorf("%v: %w", err, errs.Canceled)
+	case errors.As(err, &unavail):
 		return fmt.Errorf("the Temporal service is unavailable: %v: %w", err, errs.Unavailable)
 	case errors.As(err, &qfail):
 		return fmt.Errorf("querying workflow %q: %v: %w", workflowID, err, errs.Internal)

@@ -158,7 +158,8 @@ func (s *TemporalServer) wait(ctx context.Context, id string) (*twResult, error)
 		select {
 		case err := <-done:
 			if err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || deadlineNear(ctx) && isTemporalDeadline(err) {
+					<-ctx.Done()
 					return nil, context.Cause(ctx)
 				}
 				return nil, workflowErr(err, id)
@@ -178,6 +179,13 @@ func (s *TemporalServer) wait(ctx context.Context, id string) (*twResult, error)
 			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// isTemporalDeadline says whether the Temporal client gave up on the
+// caller's deadline, which it may report a moment before ctx does.
+func isTemporalDeadline(err error) bool {
+	var d *serviceerror.DeadlineExceeded
+	return errors.As(err, &d) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // workflowErr converts a failed workflow's error to the status it ended
@@ -470,6 +478,9 @@ func (s *TemporalServer) CancelWorkflow(ctx context.Context, req *orchestratorv1
 	return &orchestratorv1.CancelWorkflowResponse{Workflow: wf}, nil
 }
 
+// errBadToken is a ListWorkflows page token Temporal does not take.
+var errBadToken = fmt.Errorf("page_token is not one this orchestrator issued for this status filter (or it expired); start again without one: %w", errs.InvalidArgument)
+
 // ListWorkflows implements OrchestratorService.ListWorkflows, from
 // Temporal's visibility store: newest first, with each workflow's memo
 // (status, agent, steps, spent as of its last step). RUNNING and
@@ -480,14 +491,17 @@ func (s *TemporalServer) ListWorkflows(ctx context.Context, req *orchestratorv1.
 	if err != nil {
 		return nil, err
 	}
+	// A page token is the status it lists, then Temporal's token.
+	want := req.GetStatus()
 	var token []byte
 	if t := req.GetPageToken(); t != "" {
-		if token, err = base64.RawURLEncoding.DecodeString(t); err != nil {
-			return nil, fmt.Errorf("page_token is not one this orchestrator issued: %w", errs.InvalidArgument)
+		raw, err := base64.RawURLEncoding.DecodeString(t)
+		if err != nil || len(raw) < 2 || orchestratorv1.WorkflowStatus(raw[0]) != want {
+			return nil, errBadToken
 		}
+		token = raw[1:]
 	}
 	q := fmt.Sprintf("WorkflowType = '%s'", twName)
-	want := req.GetStatus()
 	switch want {
 	case orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED:
 	case orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED:
@@ -504,14 +518,15 @@ func (s *TemporalServer) ListWorkflows(ctx context.Context, req *orchestratorv1.
 	resp, err := s.t.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: int32(size), NextPageToken: token, Query: q})
 	if err != nil {
 		var invalid *serviceerror.InvalidArgument
-		if errors.As(err, &invalid) {
-			return nil, fmt.Errorf("page_token is not one this orchestrator issued: %w", errs.InvalidArgument)
+		var internal *serviceerror.Internal
+		if token != nil && (errors.As(err, &invalid) || errors.As(err, &internal)) {
+			return nil, errBadToken
 		}
 		return nil, temporalErr(err, "")
 	}
 	out := &orchestratorv1.ListWorkflowsResponse{}
 	if len(resp.GetNextPageToken()) > 0 {
-		out.NextPageToken = base64.RawURLEncoding.EncodeToString(resp.GetNextPageToken())
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString(append([]byte{byte(want)}, resp.GetNextPageToken()...))
 	}
 	for _, e := range resp.GetExecutions() {
 		rec := recordOf(e.GetExecution().GetWorkflowId(), e.GetStatus(), memoOf(e.GetMemo()), e.GetStartTime().AsTime(), e.GetCloseTime().AsTime())

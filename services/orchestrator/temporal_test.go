@@ -66,3 +66,22 @@ func TestTemporalEndToEnd(t *testing.T) {
 }
 
 var _ = slog.Default
+
+// starter starts an orchestrator on one backend.
+type starter func(t *testing.T, registry []byte, stateAddr string, o orchOptions) *orch
+
+// backends runs a test on the bbolt backend and on the Temporal backend
+// (with a dev server of its own; skipped where none can be started).
+func backends(t *testing.T, test func(t *testing.T, start starter)) {
+	t.Run("bolt", func(t *testing.T) {
+		test(t, func(t *testing.T, registry []byte, stateAddr string, o orchOptions) *orch {
+			return startOrch(t, t.TempDir(), registry, stateAddr, o)
+		})
+	})
+	t.Run("temporal", func(t *testing.T) {
+		dev := testenv.Temporal(t)
+		test(t, func(t *testing.T, registry []byte, stateAddr string, o orchOptions) *orch {
+			return startTemporalOrch(t, dev, registry, stateAddr, o)
+		})
+	})
+}

@@ -224,6 +224,30 @@ type tw struct {
 	res    twResult
 	sigKey map[string]uint64
 	reason string // a CancelWorkflow's reason
+	// cancels carries the reason a CancelWorkflow sends before it
+	// cancels; it may not have been read when the cancellation lands.
+	cancels workflow.ReceiveChannel
+	sigs    workflow.ReceiveChannel
+}
+
+// drain takes every signal and cancellation reason delivered so far.
+func (w *tw) drain() {
+	for {
+		var s twSignalIn
+		if !w.sigs.ReceiveAsync(&s) {
+			break
+		}
+		w.addSignal(s)
+	}
+	for {
+		var r string
+		if !w.cancels.ReceiveAsync(&r) {
+			break
+		}
+		if w.reason == "" {
+			w.reason = r
+		}
+	}
 }
 
 // workflow is the Temporal workflow function.
@@ -249,26 +273,18 @@ func (t *Temporal) workflow(ctx workflow.Context, in twInput) (*twResult, error)
 	if err := workflow.SetQueryHandler(ctx, twQuerySigKey, func(key string) (uint64, error) { return w.sigKey[key], nil }); err != nil {
 		return nil, err
 	}
-	sigs := workflow.GetSignalChannel(ctx, twSignal)
+	w.sigs = workflow.GetSignalChannel(ctx, twSignal)
+	w.cancels = workflow.GetSignalChannel(ctx, twCancelSignal)
+	// Signals are taken from the channels' buffers, never by a blocked
+	// Receive: a blocked Receive takes a signal the moment it is
+	// delivered, before its goroutine runs, where the workflow's own
+	// code could not see it.
 	workflow.Go(ctx, func(c workflow.Context) {
 		for {
-			var s twSignalIn
-			if !sigs.Receive(c, &s) {
+			if err := workflow.Await(c, func() bool { return w.sigs.Len() > 0 || w.cancels.Len() > 0 }); err != nil {
 				return
 			}
-			w.addSignal(s)
-		}
-	})
-	cancels := workflow.GetSignalChannel(ctx, twCancelSignal)
-	workflow.Go(ctx, func(c workflow.Context) {
-		for {
-			var reason string
-			if !cancels.Receive(c, &reason) {
-				return
-			}
-			if w.reason == "" {
-				w.reason = reason
-			}
+			w.drain()
 		}
 	})
 
@@ -311,6 +327,7 @@ func (w *tw) addSignal(s twSignalIn) {
 // pending takes the signals not yet delivered, marking them delivered by
 // step n.
 func (w *tw) pending(n uint64) []signalRecord {
+	w.drain()
 	var out []signalRecord
 	for _, s := range w.res.Signals {
 		if s.Step == 0 {
@@ -375,6 +392,7 @@ func (w *tw) fail(err error) error {
 	var agentErr *agentError
 	switch {
 	case errors.Is(w.ctx.Err(), workflow.ErrCanceled) || temporal.IsCanceledError(err):
+		w.drain()
 		reason := w.reason
 		if reason == "" {
 			reason = "cancelled through Temporal"
@@ -428,6 +446,7 @@ func (w *tw) agent(f twFrame, plan stepPlan, root bool) (*callResult, error) {
 			return &out.callResult, nil
 		}
 		suspended := out.Exit == operatorv1.ExitKind_EXIT_KIND_SUSPENDED.String()
+		w.drain()
 		if w.res.Pending == 0 {
 			if !suspended {
 				return &out.callResult, nil

@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -27,8 +29,14 @@ import (
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/middleware/audit"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/state"
 )
+
+// TestMain shares one PostgreSQL server between the runs of the
+// service-postgres benchmarks (started on the first testenv.Postgres
+// call, if any; a fresh database per run).
+func TestMain(m *testing.M) { os.Exit(testenv.PostgresMain(m)) }
 
 // Workload.
 const (
@@ -44,8 +52,9 @@ var concurrencies = []int{1, 64}
 
 var benchScope = scope.Session("bench")
 
-// BenchmarkRead reads preloaded keys through the service, from raw bbolt,
-// and calls the echo server, at each concurrency.
+// BenchmarkRead reads preloaded keys through the service (on bbolt, and
+// on PostgreSQL as service-postgres), from raw bbolt, and calls the echo
+// server, at each concurrency.
 func BenchmarkRead(b *testing.B) {
 	svc := startService(b)
 	raw := openRaw(b)
@@ -65,11 +74,23 @@ func BenchmarkRead(b *testing.B) {
 	ping := &healthpb.HealthCheckRequest{}
 	settle(b) // let bleve finish merging the preload's segments
 
-	forEachConc(b, "service", func(b *testing.B, conc int) {
-		measure(b, conc, func(i int) error {
-			_, err := svc.Read(context.Background(), reads[i%readKeys])
-			return err
-		})
+	readWith := func(svc statev1.StateServiceClient) func(b *testing.B, conc int) {
+		return func(b *testing.B, conc int) {
+			measure(b, conc, func(i int) error {
+				_, err := svc.Read(context.Background(), reads[i%readKeys])
+				return err
+			})
+		}
+	}
+	forEachConc(b, "service", readWith(svc))
+	b.Run("service-postgres", func(b *testing.B) {
+		pg := startPostgresService(b) // skips without PostgreSQL
+		for i, r := range reads {
+			if _, err := pg.Write(context.Background(), &statev1.WriteRequest{Scope: benchScope, Key: r.GetKey(), Value: vals.msg[i%values]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		eachConc(b, readWith(pg))
 	})
 	forEachConc(b, "bolt", func(b *testing.B, conc int) {
 		measure(b, conc, func(i int) error {
@@ -92,9 +113,11 @@ func BenchmarkRead(b *testing.B) {
 	})
 }
 
-// BenchmarkWrite overwrites keys through the service and in raw bbolt
-// (one Update per write, and bbolt's own Batch), at each concurrency. All
-// are durable: every acknowledged write is fsynced.
+// BenchmarkWrite overwrites keys through the service (on bbolt, and on
+// PostgreSQL as service-postgres) and in raw bbolt (one Update per write,
+// and bbolt's own Batch), at each concurrency. The bbolt ones are durable:
+// every acknowledged write is fsynced. The PostgreSQL test server is not
+// (testenv runs it with fsync and synchronous_commit off).
 func BenchmarkWrite(b *testing.B) {
 	svc := startService(b)
 	raw := openRaw(b)
@@ -105,11 +128,17 @@ func BenchmarkWrite(b *testing.B) {
 	}
 	var next atomic.Int64 // the key to write next, shared by every run
 
-	forEachConc(b, "service", func(b *testing.B, conc int) {
-		measure(b, conc, func(int) error {
-			_, err := svc.Write(context.Background(), writes[next.Add(1)%writeKeys])
-			return err
-		})
+	writeWith := func(svc statev1.StateServiceClient) func(b *testing.B, conc int) {
+		return func(b *testing.B, conc int) {
+			measure(b, conc, func(int) error {
+				_, err := svc.Write(context.Background(), writes[next.Add(1)%writeKeys])
+				return err
+			})
+		}
+	}
+	forEachConc(b, "service", writeWith(svc))
+	b.Run("service-postgres", func(b *testing.B) {
+		eachConc(b, writeWith(startPostgresService(b))) // skips without PostgreSQL
 	})
 	rawPut := func(i int64) func(tx *bolt.Tx) error {
 		return func(tx *bolt.Tx) error {
@@ -124,12 +153,16 @@ func BenchmarkWrite(b *testing.B) {
 	})
 }
 
+// forEachConc runs fn as target/conc=N for each concurrency.
 func forEachConc(b *testing.B, target string, fn func(b *testing.B, conc int)) {
-	b.Run(target, func(b *testing.B) {
-		for _, conc := range concurrencies {
-			b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) { fn(b, conc) })
-		}
-	})
+	b.Run(target, func(b *testing.B) { eachConc(b, fn) })
+}
+
+// eachConc runs fn as conc=N under b for each concurrency.
+func eachConc(b *testing.B, fn func(b *testing.B, conc int)) {
+	for _, conc := range concurrencies {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) { fn(b, conc) })
+	}
 }
 
 // measure runs op b.N times split over conc goroutines (call i of
@@ -173,14 +206,44 @@ func makeValues(b *testing.B) benchValues {
 // formatting is in, the terminal's is not).
 func startService(b *testing.B) statev1.StateServiceClient {
 	b.Helper()
-	log, err := logging.New(io.Discard, logging.Options{Level: "info", Format: "json", Service: "state"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	log := discardLog(b)
 	store, err := state.OpenBolt(filepath.Join(b.TempDir(), "state.db"), state.WithLogger(log))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return serve(b, log, store)
+}
+
+// startPostgresService is startService on the PostgreSQL backend, on a
+// fresh database of the server testenv.Postgres runs (PostgreSQL from
+// the Debian packages, over loopback TCP, fsync off). It skips b when
+// PostgreSQL cannot start here. The pool is pgxpool's default, as the
+// binary's with a DSN that sets no pool_max_conns.
+func startPostgresService(b *testing.B) statev1.StateServiceClient {
+	b.Helper()
+	dsn := testenv.Postgres(b)
+	log := discardLog(b)
+	store, err := state.OpenPostgres(context.Background(), dsn, state.WithLogger(log))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return serve(b, log, store)
+}
+
+// discardLog is the service's logger, JSON at info level, to io.Discard.
+func discardLog(b *testing.B) *slog.Logger {
+	b.Helper()
+	log, err := logging.New(io.Discard, logging.Options{Level: "info", Format: "json", Service: "state"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return log
+}
+
+// serve serves store as cmd/state does, closing it when b ends, and
+// returns a client of it.
+func serve(b *testing.B, log *slog.Logger, store state.Backend) statev1.StateServiceClient {
+	b.Helper()
 	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Addr: "127.0.0.1:0", Dev: true}, log,
 		grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor(audit.WithLogger(log))}, nil))
 	if err != nil {

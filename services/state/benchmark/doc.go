@@ -4,8 +4,11 @@
 // mode over loopback TCP, with the interceptor chain and audit log the
 // binary uses) versus raw in-process bbolt on a file, and Read versus a
 // bare grpc-go server answering the standard health Check (the echo: the
-// cost of a gRPC round trip and nothing else). Each runs at concurrency 1
-// and 64 and reports ops/s and p50/p99 latency.
+// cost of a gRPC round trip and nothing else). Read and Write also run
+// through the same service on the PostgreSQL backend (service-postgres),
+// on a server pkg/testenv starts, skipped when PostgreSQL cannot start
+// here. Each runs at concurrency 1 and 64 and reports ops/s and p50/p99
+// latency.
 //
 // It holds only benchmarks, never part of `make test`:
 //
