@@ -38,7 +38,7 @@ lint: ## go vet, gofmt, buf lint, buf format, buf breaking (against main).
 	else echo "buf breaking: no local main branch; skipped"; fi
 
 .PHONY: test-deps
-test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker.io, etcd, curl, Python gRPC, protoc; into ~/.cache/neuron: kube-apiserver, grpcurl, the Node gRPC modules).
+test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker.io, etcd, curl, Python gRPC, protoc; into ~/.cache/neuron: kube-apiserver, the Temporal CLI, grpcurl, the Node gRPC modules).
 	bash scripts/test-deps.sh
 	bash scripts/client-deps.sh
 

@@ -5,7 +5,9 @@
 # tests start, curl for the sandbox's network attack tests; then the
 # kube-apiserver binary, built once and cached outside the repo
 # (scripts/kube-apiserver.sh); PostgreSQL 15 for the state service's
-# postgres backend. Tests that still lack something skip with
+# postgres backend; the Temporal CLI whose dev server the orchestrator's
+# Temporal backend is tested against, built once and cached outside the
+# repo (scripts/temporal.sh). Tests that still lack something skip with
 # the reason, so this script never fails the build for a missing extra.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +33,10 @@ if [ "${NEURON_SKIP_KUBE_BUILD:-}" = 1 ]; then
   echo "test-deps: NEURON_SKIP_KUBE_BUILD=1: not building kube-apiserver; the tests that need it will skip"
 else
   bash scripts/kube-apiserver.sh >/dev/null || echo "test-deps: kube-apiserver could not be built; the tests that need it will skip"
+fi
+if [ "${NEURON_SKIP_TEMPORAL_BUILD:-}" = 1 ]; then
+  echo "test-deps: NEURON_SKIP_TEMPORAL_BUILD=1: not building the Temporal CLI; the tests that need its dev server will skip"
+else
+  bash scripts/temporal.sh >/dev/null || echo "test-deps: the Temporal CLI could not be built; the tests that need its dev server will skip"
 fi
 exit 0

@@ -186,6 +186,7 @@ func testEndToEnd(t *testing.T, o *orch, st statev1.StateServiceClient, writes *
 	if status.Code(err) != codes.AlreadyExists {
 		t.Errorf("different request for a finished workflow: %v, want ALREADY_EXISTS", err)
 	}
+	o.replayed(t, "wf-e2e-1", "delegate-handoff-history")
 }
 
 func countKeys(t *testing.T, st statev1.StateServiceClient, sc *typesv1.Scope, prefix string) int {

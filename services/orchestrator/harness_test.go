@@ -128,6 +128,17 @@ type orch struct {
 	// stop closes the engine and journal (the gRPC server stays up, its
 	// calls failing), as a process shutdown would.
 	stop func()
+	// replay replays a workflow's Temporal history on this build (and
+	// records it under name when asked); nil on the bbolt backend.
+	replay func(t *testing.T, id, name string)
+}
+
+// replayed checks that workflow id's history replays, on the Temporal
+// backend; a no-op on the bbolt one.
+func (o *orch) replayed(t *testing.T, id, name string) {
+	if o.replay != nil {
+		o.replay(t, id, name)
+	}
 }
 
 // orchOptions adjust startOrch.

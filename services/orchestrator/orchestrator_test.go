@@ -162,6 +162,7 @@ func testBudgetHaltsWorkflow(t *testing.T, start starter) {
 			halt++
 		}
 	}
+	o.replayed(t, "budget", "budget-halt")
 }
 
 func recvWithin(sub grpc.ServerStreamingClient[lifecyclev1.SubscribeResponse], d time.Duration) (*lifecyclev1.SubscribeResponse, error) {
@@ -306,6 +307,7 @@ func testCustomAndSignalEffects(t *testing.T, start starter) {
 		r.GetEvent().GetObservable().GetData().GetStructValue().AsMap()["message"] != "look" {
 		t.Errorf("log effect event = %v, %v", r, err)
 	}
+	o.replayed(t, "fx", "custom-signal-log-effects")
 }
 
 // haltingMiddleware halts dispatches of agent "forbidden" and rewrites
@@ -563,6 +565,7 @@ func testSuspendAndResumeBySignals(t *testing.T, start starter) {
 	if in := fake.inputs("approver"); len(in) == 3 && in[2].GetResume().GetDecision().GetStringValue() != "approve-data" {
 		t.Errorf("decision = %v, want the signal's data", in[2].GetResume().GetDecision())
 	}
+	o.replayed(t, "s1", "suspend-resume-signals")
 }
 
 func TestDispatchCallerDeadlineAndCancel(t *testing.T) {
@@ -614,4 +617,6 @@ func testDispatchCallerDeadlineAndCancel(t *testing.T, start starter) {
 	if !strings.Contains(wf.GetFailure().GetMessage(), "Dispatch caller cancelled") {
 		t.Errorf("failure = %v", wf.GetFailure())
 	}
+	o.replayed(t, "gone", "caller-cancel")
+	o.replayed(t, "late", "caller-deadline")
 }

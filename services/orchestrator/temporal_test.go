@@ -54,7 +54,8 @@ func startTemporalOrch(t *testing.T, dev *testenv.TemporalDev, registry []byte, 
 	})
 	cc := dial(t, addr)
 	return &orch{addr: addr, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
-		events: lifecyclev1.NewLifecycleServiceClient(cc), stop: tb.Stop}
+		events: lifecyclev1.NewLifecycleServiceClient(cc), stop: tb.Stop,
+		replay: func(t *testing.T, id, name string) { replayHistory(t, dev.Client, id, name) }}
 }
 
 func TestTemporalEndToEnd(t *testing.T) {

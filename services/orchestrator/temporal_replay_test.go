@@ -1,0 +1,98 @@
+package orchestrator_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/secbear/neuron/services/orchestrator"
+)
+
+// The workflow must stay deterministic: a history recorded by an
+// earlier build must replay on this one. testdata/temporal-histories
+// holds histories recorded from a Temporal dev server by the tests that
+// call replay (set NEURON_RECORD_HISTORIES=1 to record them again, after
+// a deliberate, versioned change to the workflow); every run replays
+// them, and every run against a dev server also replays the histories it
+// just made.
+const historyDir = "testdata/temporal-histories"
+
+// replayer replays histories on this build's workflow code.
+func replayer(t *testing.T) worker.WorkflowReplayer {
+	t.Helper()
+	r := worker.NewWorkflowReplayer()
+	// Replay runs none of the workflow's side effects (registry lookups,
+	// budget decisions come from the history), so the backend needs no
+	// client, caller or State service.
+	reg, err := orchestrator.ParseRegistry([]byte(`{"agents": [{"id": "replay", "operator": "127.0.0.1:1"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orchestrator.NewTemporal(nil, reg, nil, nil, nil, orchestrator.TemporalOptions{}).RegisterWorkflow(r)
+	return r
+}
+
+func quietTemporal() tlog.Logger { return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
+
+func TestTemporalReplayRecordedHistories(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(historyDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no recorded histories in %s", historyDir)
+	}
+	r := replayer(t)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if err := r.ReplayWorkflowHistoryFromJSONFile(quietTemporal(), f); err != nil {
+				t.Errorf("history %s does not replay on this build (a non-deterministic change to the workflow?): %v", f, err)
+			}
+		})
+	}
+}
+
+// replayHistory fetches workflow id's history from c and replays it on
+// this build; with NEURON_RECORD_HISTORIES=1 it also records it as
+// testdata/temporal-histories/<name>.json.
+func replayHistory(t *testing.T, c client.Client, id, name string) {
+	t.Helper()
+	ctx := context.Background()
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", id, err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	if err := replayer(t).ReplayWorkflowHistory(quietTemporal(), h); err != nil {
+		t.Errorf("the history of workflow %s does not replay (the workflow is not deterministic): %v", id, err)
+	}
+	if os.Getenv("NEURON_RECORD_HISTORIES") != "1" {
+		return
+	}
+	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(historyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(historyDir, name+".json")
+	if err := os.WriteFile(path, append(bytes.TrimSpace(b), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %s (%d events)", path, len(h.Events))
+}
