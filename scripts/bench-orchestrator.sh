@@ -5,6 +5,9 @@
 # COUNT times (default 3); medians are reported.
 #   Dispatch     gRPC client -> orchestrator (full server chain, bbolt
 #                journal) -> trivial operator (no model, no effects)
+#   DispatchTemporal  the same on the Temporal backend, against a Temporal
+#                dev server (SQLite) started for the run; its CPU column is
+#                the orchestrator process only, not the Temporal server's
 #   Echo         the same client -> that trivial operator on a bare
 #                grpc-go server (run in the same process as Dispatch)
 #   JournalStep  BeginStep + FinishStep on the journal alone (package
@@ -20,7 +23,7 @@ benchtime=${BENCHTIME:-2s}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for _ in $(seq "$count"); do
-  go test -run '^$' -bench '^Benchmark(Dispatch|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
+  go test -run '^$' -bench '^Benchmark(Dispatch|DispatchTemporal|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
   go test -run '^$' -bench '^BenchmarkJournalStep$' -benchmem -benchtime "$benchtime" ./services/orchestrator | grep '^Benchmark' | tee -a "$out" >&2
 done
 
@@ -59,6 +62,8 @@ END {
       ratio = sprintf("%.1f%%", 100 * r); verdict = (r >= 0.40) ? "met" : "MISSED"
     }
     if (dops != "") printf "| Dispatch | %d | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", c, dops, m(d, "p50-us"), m(d, "p99-us"), m(d, "cpu-us/op"), ratio, verdict
+    t = "DispatchTemporal/c=" c; tops = m(t, "ops/s")
+    if (tops != "") printf "| DispatchTemporal | %d | %.0f | %.0f | %.0f | %.0f | %.1f%% | (not a target) |\n", c, tops, m(t, "p50-us"), m(t, "p99-us"), m(t, "cpu-us/op"), (eops > 0 ? 100 * tops / eops : 0)
     if (eops != "") printf "| Echo | %d | %.0f | %.0f | %.0f | %.0f | (baseline) | |\n", c, eops, m(e, "p50-us"), m(e, "p99-us"), m(e, "cpu-us/op")
   }
   print ""

@@ -225,6 +225,7 @@ func activityErr(err error, retry bool) error {
 func (t *Temporal) callActivity(ctx context.Context, a callArgs) (*callResult, error) {
 	out, err := loadOutput(ctx, t.state, a.WorkflowID, a.N)
 	if err != nil {
+		t.log.Warn("reading a kept output; retrying", "workflow_id", a.WorkflowID, "step", a.N, "err", err)
 		return nil, activityErr(err, true)
 	}
 	if out == nil {
@@ -259,6 +260,7 @@ func (t *Temporal) call(ctx context.Context, a callArgs) (*operatorv1.OperatorOu
 	}
 	planned, err := t.plan(ctx, a)
 	if err != nil {
+		t.log.Warn("building an operator input", "workflow_id", a.WorkflowID, "step", a.N, "err", err)
 		return nil, activityErr(err, errs.Code(err) == errs.Code(errs.Unavailable))
 	}
 	id := dispatchID(a.WorkflowID, a.N)
@@ -299,6 +301,7 @@ func (t *Temporal) call(ctx context.Context, a callArgs) (*operatorv1.OperatorOu
 		return nil, activityErr(err, true)
 	}
 	if err := storeOutput(ctx, t.state, a.WorkflowID, a.N, out); err != nil {
+		t.log.Warn("keeping an output in State; retrying the call", "workflow_id", a.WorkflowID, "step", a.N, "err", err)
 		return nil, activityErr(err, true)
 	}
 	t.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.dispatch.completed", a.WorkflowID, a.Agent, map[string]any{
@@ -435,6 +438,7 @@ func (t *Temporal) results(ctx context.Context, workflowID string, refs []delega
 func (t *Temporal) effectActivity(ctx context.Context, a effectArgs) (*effectOutcome, error) {
 	eff, err := t.effectOf(ctx, a.WorkflowID, a.Step, a.Index)
 	if err != nil {
+		t.log.Warn("reading an effect; retrying", "workflow_id", a.WorkflowID, "step", a.Step, "err", err)
 		return nil, activityErr(err, true)
 	}
 	env := effectEnv{state: t.state, handlers: t.opts.Engine.Handlers, signal: t.signal, publish: t.publish}

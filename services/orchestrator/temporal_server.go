@@ -26,9 +26,13 @@ import (
 	"github.com/secbear/neuron/pkg/money"
 )
 
-// suspendPoll is how often a Dispatch waiting on a Temporal workflow
-// looks for a suspension (a completion arrives at once).
-const suspendPoll = 200 * time.Millisecond
+// A Dispatch waiting on a Temporal workflow looks for a suspension
+// (visible in the memo) first after suspendPoll, then less and less
+// often, up to suspendPollMax; a completion arrives at once.
+const (
+	suspendPoll    = 100 * time.Millisecond
+	suspendPollMax = 2 * time.Second
+)
 
 // cancelWait bounds how long CancelWorkflow waits to report the
 // cancelled workflow.
@@ -152,7 +156,8 @@ func (s *TemporalServer) wait(ctx context.Context, id string) (*twResult, error)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { done <- s.t.c.GetWorkflow(wctx, id, "").Get(wctx, &res) }()
-	tick := time.NewTicker(suspendPoll)
+	poll := suspendPoll
+	tick := time.NewTimer(poll)
 	defer tick.Stop()
 	for {
 		select {
@@ -166,6 +171,8 @@ func (s *TemporalServer) wait(ctx context.Context, id string) (*twResult, error)
 			}
 			return &res, nil
 		case <-tick.C:
+			poll = min(2*poll, suspendPollMax)
+			tick.Reset(poll)
 			d, err := s.t.c.DescribeWorkflowExecution(ctx, id, "")
 			if err != nil {
 				continue

@@ -20,10 +20,12 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/benchkit"
 	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/state"
 )
@@ -40,8 +42,19 @@ const agentID = "echo"
 // on the trivial operator.
 func BenchmarkDispatch(b *testing.B) {
 	log := discardLogger(b)
-	opAddr := startOperator(b)
-	client := startOrchestrator(b, log, opAddr)
+	benchDispatch(b, startOrchestrator(b, log, startOperator(b)))
+}
+
+// BenchmarkDispatchTemporal is BenchmarkDispatch on the Temporal backend,
+// against a Temporal dev server (SQLite) started for it; it skips where
+// none can be started (scripts/temporal.sh builds one).
+func BenchmarkDispatchTemporal(b *testing.B) {
+	dev := testenv.Temporal(b)
+	log := discardLogger(b)
+	benchDispatch(b, startTemporal(b, dev, log, startOperator(b)))
+}
+
+func benchDispatch(b *testing.B, client orchestratorv1.OrchestratorServiceClient) {
 	req := &orchestratorv1.DispatchRequest{AgentId: agentID, Input: &operatorv1.OperatorInput{Message: content.Text("ping")}}
 	call := func() error {
 		resp, err := client.Dispatch(context.Background(), req)
@@ -122,10 +135,18 @@ func startOperator(b *testing.B) string {
 	return serveBare(b, gs)
 }
 
-// startState serves an in-memory StateService on a bare grpc-go server.
+// startState serves an in-memory StateService on a grpc-go server with
+// the errs mapping the state binary's chain does (the Temporal backend
+// tells a missing key by its NOT_FOUND).
 func startState(b *testing.B) string {
 	b.Helper()
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if err != nil {
+			return nil, errs.ToStatus(err).Err()
+		}
+		return resp, nil
+	}))
 	statev1.RegisterStateServiceServer(gs, state.NewServer(state.NewMemory()))
 	return serveBare(b, gs)
 }
@@ -144,6 +165,50 @@ func serveBare(b *testing.B, gs *grpc.Server) string {
 		}
 	})
 	return lis.Addr().String()
+}
+
+// startTemporal serves the orchestrator on the Temporal backend as
+// cmd/orchestrator builds it, with one agent on the operator at opAddr.
+func startTemporal(b *testing.B, dev *testenv.TemporalDev, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
+	b.Helper()
+	reg, err := orchestrator.ParseRegistry(fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := grpcserver.New(grpcserver.Config{Name: "orchestrator", Addr: "127.0.0.1:0", Dev: true}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := grpcclient.Config{Dev: true}
+	caller := orchestrator.NewGRPCCaller(peer, peer, orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor())
+	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: startState(b), Dev: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: 1})
+	t := orchestrator.NewTemporal(dev.Client, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.TemporalOptions{Engine: orchestrator.Options{Log: log}})
+	if err := t.Start(); err != nil {
+		b.Fatal(err)
+	}
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewTemporalServer(t))
+	lis, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	b.Cleanup(func() {
+		cancel()
+		t.Stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		caller.Close()
+		_ = stateConn.Close()
+		bus.Close()
+	})
+	return orchestratorv1.NewOrchestratorServiceClient(dial(b, lis.Addr().String()))
 }
 
 // startOrchestrator serves the orchestrator as cmd/orchestrator builds it
