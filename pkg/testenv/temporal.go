@@ -101,4 +101,6 @@ func Temporal(t testing.TB) *TemporalDev {
 }
 
 // String describes the server for test logs.
-func (d *TemporalDev) String() string { return fmt.Sprintf("temporal %s (namespace %s)", d.Address, d.Namespace) }
+func (d *TemporalDev) String() string {
+	return fmt.Sprintf("temporal %s (namespace %s)", d.Address, d.Namespace)
+}
