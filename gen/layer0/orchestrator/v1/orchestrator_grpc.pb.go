@@ -76,8 +76,11 @@ type OrchestratorServiceClient interface {
 	// Cancelling a workflow that already ended returns it unchanged.
 	// Errors: INVALID_ARGUMENT; NOT_FOUND for an unknown workflow.
 	CancelWorkflow(ctx context.Context, in *CancelWorkflowRequest, opts ...grpc.CallOption) (*CancelWorkflowResponse, error)
-	// ListWorkflows pages through workflows, newest first, optionally by
-	// status.
+	// ListWorkflows pages through workflows, optionally by status, newest
+	// first where the backend's store orders by creation (the embedded
+	// journal does). A backend listing from an external store says how it
+	// orders: the Temporal backend lists in Temporal's visibility order,
+	// running workflows first, then ended ones, most recently ended first.
 	// Errors: INVALID_ARGUMENT for a bad page_size or a page_token that this
 	// server did not issue.
 	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
@@ -218,8 +221,11 @@ type OrchestratorServiceServer interface {
 	// Cancelling a workflow that already ended returns it unchanged.
 	// Errors: INVALID_ARGUMENT; NOT_FOUND for an unknown workflow.
 	CancelWorkflow(context.Context, *CancelWorkflowRequest) (*CancelWorkflowResponse, error)
-	// ListWorkflows pages through workflows, newest first, optionally by
-	// status.
+	// ListWorkflows pages through workflows, optionally by status, newest
+	// first where the backend's store orders by creation (the embedded
+	// journal does). A backend listing from an external store says how it
+	// orders: the Temporal backend lists in Temporal's visibility order,
+	// running workflows first, then ended ones, most recently ended first.
 	// Errors: INVALID_ARGUMENT for a bad page_size or a page_token that this
 	// server did not issue.
 	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)
