@@ -19,6 +19,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
+	"github.com/secbear/neuron/pkg/testenv"
 )
 
 // python is the interpreter with Debian's python3-grpcio and
@@ -287,4 +288,42 @@ func tailLines(out []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestScaleBackends runs the same memory-writing workflow through the
+// real binaries with both engines users grow into swapped in: the State
+// service on PostgreSQL (two replicas on one database, the workflow's
+// memory read back from the replica the orchestrator did not write to)
+// and the orchestrator on Temporal. It skips where PostgreSQL or the
+// Temporal CLI is missing (make test-deps installs both).
+func TestScaleBackends(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	dev := testenv.Temporal(t)
+	bins := binaries(t)
+	dir := t.TempDir()
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}
+	dsnFile := filepath.Join(dir, "state.dsn")
+	if err := os.WriteFile(dsnFile, []byte(dsn), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stateArgs := func() []string {
+		return []string{bins["state"], "--dev", "--addr", "127.0.0.1:0", "--backend", "postgres", "--postgres-dsn-file", dsnFile}
+	}
+	first := startProc(t, "state (postgres 1)", stateArgs(), env)
+	second := startProc(t, "state (postgres 2)", stateArgs(), env)
+	op := startProc(t, "operator", []string{bins["operator"], "--dev", "--addr", "127.0.0.1:0",
+		"--tools", "read,write,edit", "--workspace", filepath.Join(dir, "workspace"), "--state-addr", first.addr}, env)
+	agents := filepath.Join(dir, "agents.yaml")
+	if err := os.WriteFile(agents, registry(op.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orch := startProc(t, "orchestrator (temporal)", []string{bins["orchestrator"], "--dev", "--addr", "127.0.0.1:0",
+		"--agents", agents, "--state-addr", first.addr, "--backend", "temporal", "--temporal-address", dev.Address,
+		"--temporal-namespace", dev.Namespace, "--temporal-task-queue", "neuron-scale-test"}, env)
+	run := newMemoryWorkflow(t, "scale")
+	run.run(t, orchestratorv1.NewOrchestratorServiceClient(dial(t, orch.addr)), statev1.NewStateServiceClient(dial(t, second.addr)))
+	t.Logf("workflow %s ran on Temporal (%s) and wrote %q into PostgreSQL through %s; read back through %s", run.id, dev.Address, run.key, first.addr, second.addr)
+	t.Run("StateConformance", func(t *testing.T) {
+		conformance.Run(t, conformance.Target{Conn: dial(t, second.addr)})
+	})
 }
