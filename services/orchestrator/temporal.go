@@ -32,6 +32,10 @@ import (
 	"github.com/secbear/neuron/pkg/lifecycle"
 )
 
+// stickyTimeout is how long a workflow task or query waits for the
+// worker that last ran the workflow before any worker may take it.
+const stickyTimeout = 2 * time.Second
+
 // Defaults of TemporalOptions.
 const (
 	DefaultTaskQueue        = "neuron"
@@ -135,7 +139,9 @@ const WorkflowName = twName
 
 // Start runs a worker on the task queue until Stop.
 func (t *Temporal) Start() error {
-	t.w = worker.New(t.c, t.opts.TaskQueue, worker.Options{})
+	// A short sticky timeout: after a worker dies, its workflows' tasks
+	// and queries go to another worker this soon.
+	t.w = worker.New(t.c, t.opts.TaskQueue, worker.Options{StickyScheduleToStartTimeout: stickyTimeout})
 	t.RegisterWorkflow(t.w)
 	t.RegisterActivities(t.w)
 	if err := t.w.Start(); err != nil {
@@ -442,7 +448,9 @@ func (t *Temporal) effectActivity(ctx context.Context, a effectArgs) (*effectOut
 		return nil, activityErr(err, true)
 	}
 	env := effectEnv{state: t.state, handlers: t.opts.Engine.Handlers, signal: t.signal, publish: t.publish}
+	stop := heartbeat(ctx, t.opts.HeartbeatTimeout)
 	applied, detail, err := applyEffect(ctx, env, a.WorkflowID, a.Agent, a.Key, eff)
+	stop()
 	if err != nil {
 		t.log.Warn("effect failed; retrying", "workflow_id", a.WorkflowID, "effect", effectKind(eff), "key", a.Key, "err", err)
 		return nil, activityErr(err, true)
@@ -483,13 +491,25 @@ func (t *Temporal) signal(ctx context.Context, workflowID string, payload []byte
 func (t *Temporal) signalSeq(ctx context.Context, workflowID, key string) (uint64, error) {
 	v, err := t.c.QueryWorkflow(ctx, workflowID, "", twQuerySigKey, key)
 	if err != nil {
-		return 0, temporalErr(err, workflowID)
+		return 0, queryErr(ctx, err, workflowID)
 	}
 	var seq uint64
 	if err := v.Get(&seq); err != nil {
 		return 0, fmt.Errorf("signal sequence of workflow %q: %v: %w", workflowID, err, errs.Internal)
 	}
 	return seq, nil
+}
+
+// queryErr maps a failed query. A query the SDK gave up on before the
+// caller's deadline is UNAVAILABLE, which callers retry: Temporal sends
+// queries to the worker that last ran the workflow, and after that
+// worker died they wait out the sticky timeout before another answers.
+func queryErr(ctx context.Context, err error, workflowID string) error {
+	err = temporalErr(err, workflowID)
+	if ctx.Err() == nil && errors.Is(err, errs.DeadlineExceeded) {
+		return fmt.Errorf("workflow %q did not answer in time (its worker may have just stopped; another takes over within seconds): %w", workflowID, errs.Unavailable)
+	}
+	return err
 }
 
 // temporalErr maps a Temporal client error to the errs kinds.

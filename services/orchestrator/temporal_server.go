@@ -229,7 +229,7 @@ func workflowErr(err error, id string) error {
 func (t *Temporal) result(ctx context.Context, id string) (*twResult, error) {
 	v, err := t.c.QueryWorkflow(ctx, id, "", twQueryResult)
 	if err != nil {
-		return nil, temporalErr(err, id)
+		return nil, queryErr(ctx, err, id)
 	}
 	var res twResult
 	if err := v.Get(&res); err != nil {

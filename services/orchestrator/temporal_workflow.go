@@ -669,6 +669,9 @@ func (w *tw) effects(f twFrame, dispatchID string, out *stepOut, halt error) ([]
 			var o effectOutcome
 			ao := workflow.ActivityOptions{
 				StartToCloseTimeout: time.Minute,
+				// A worker that dies mid-effect is noticed this soon; the
+				// retry carries the same idempotency key.
+				HeartbeatTimeout: w.t.opts.HeartbeatTimeout,
 				// State outages are waited out, as the bbolt engine does.
 				RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second},
 			}

@@ -140,8 +140,14 @@ func TestCrashRecovery(t *testing.T) {
 
 func TestSignalsAcrossCrash(t *testing.T) {
 	seed := crashSeed(t)
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	h := newHarness(t, seed)
+	testSignalsAcrossCrash(t, newHarness(t, seed), rand.New(rand.NewPCG(seed, 0x5eed)))
+}
+
+// testSignalsAcrossCrash sends signals with retries to a listener
+// workflow before and after a SIGKILL of the orchestrator and checks
+// that each was delivered once, in order, and that the retries were
+// recognised across the crash.
+func testSignalsAcrossCrash(t *testing.T, h *harness, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)
 	defer cancel()
 	const (
@@ -157,23 +163,29 @@ func TestSignalsAcrossCrash(t *testing.T) {
 		t.Errorf("Query status before any signal: %q, want SUSPENDED", got)
 	}
 
-	// send sends signal seq under key and expects the given answer.
+	// send sends signal seq under key and expects the given answer. An
+	// UNAVAILABLE answer (an orchestrator taking a dead one's workflows
+	// over) is retried; the retry may find the signal already delivered.
 	send := func(key, typ string, data any, wantSeq uint64, wantDup bool) {
 		t.Helper()
 		v, err := structpb.NewValue(data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cctx, ccancel := context.WithTimeout(ctx, rpcTimeout)
-		resp, err := h.client.Signal(cctx, &orchestratorv1.SignalRequest{
-			WorkflowId: id, IdempotencyKey: key, Signal: &typesv1.SignalPayload{SignalType: typ, Data: v},
+		var resp *orchestratorv1.SignalResponse
+		attempts := 0
+		err = retry(ctx, func(ctx context.Context) (err error) {
+			attempts++
+			resp, err = h.client.Signal(ctx, &orchestratorv1.SignalRequest{
+				WorkflowId: id, IdempotencyKey: key, Signal: &typesv1.SignalPayload{SignalType: typ, Data: v},
+			})
+			return err
 		})
-		ccancel()
 		if err != nil {
 			t.Fatalf("Signal %s: %v", key, err)
 		}
-		if resp.GetSequence() != wantSeq || resp.GetDuplicate() != wantDup {
-			t.Fatalf("Signal %s: sequence %d duplicate %v, want %d %v", key, resp.GetSequence(), resp.GetDuplicate(), wantSeq, wantDup)
+		if resp.GetSequence() != wantSeq || (resp.GetDuplicate() != wantDup && (wantDup || attempts == 1)) {
+			t.Fatalf("Signal %s: sequence %d duplicate %v after %d attempts, want %d %v", key, resp.GetSequence(), resp.GetDuplicate(), attempts, wantSeq, wantDup)
 		}
 	}
 	tick := func(i int, dup bool) {
@@ -219,7 +231,9 @@ func TestSignalsAcrossCrash(t *testing.T) {
 	t.Logf("SIGKILL after signal %d, %d operator calls in flight, %d made so far", signals/2, inFlight, calls)
 
 	p = h.start(ctx)
-	t.Logf("the restarted binary resumed %d unfinished workflows", p.resumed())
+	if !h.temporal {
+		t.Logf("the restarted binary resumed %d unfinished workflows", p.resumed())
+	}
 	tick(signals/2, true) // the key survived the crash
 	dups++
 	for i := signals/2 + 1; i <= signals; i++ {
@@ -446,9 +460,12 @@ func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map
 		}
 	}
 	keys := listKeys(ctx, t, h.stateClient, sc)
-	wantKeys := make([]string, 0, len(plannerSteps))
-	for _, w := range plannerSteps {
+	wantKeys := make([]string, 0, 2*len(plannerSteps))
+	for i, w := range plannerSteps {
 		wantKeys = append(wantKeys, w.key)
+		if h.temporal {
+			wantKeys = append(wantKeys, temporalOutput(i+1))
+		}
 	}
 	slices.Sort(wantKeys)
 	if !slices.Equal(keys, wantKeys) {
@@ -472,7 +489,8 @@ func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map
 }
 
 // checkStateWrites checks that every Write the State service received
-// went to one of the planner workflows in ids, that nothing was deleted,
+// went to one of the planner workflows in ids (or kept an operator
+// output of the Temporal backend), that nothing was deleted,
 // and that of the writes one run made for one workflow only the first
 // was a replay (of an effect applied, but not journaled, before the
 // previous kill): a run journals an effect's outcome before it applies
@@ -489,7 +507,7 @@ func (h *harness) checkStateWrites(ids []string) {
 		}
 	}
 	for k := range h.state.writes {
-		if !allowed[k.scope+" "+k.key] {
+		if !allowed[k.scope+" "+k.key] && !(h.temporal && strings.HasPrefix(k.key, temporalOutputPrefix)) {
 			h.t.Errorf("unexpected State write to %s %q", k.scope, k.key)
 		}
 	}
@@ -581,14 +599,15 @@ func (h *harness) checkCalls() map[string][]*opCall {
 
 // harness is one crash test's world: the State service and the fake
 // operator served by the test process, the orchestrator binary in a child
-// process restarted on one data directory, and clients.
+// process restarted on one data directory (or, under Temporal, on one
+// task queue), and clients.
 type harness struct {
 	t           *testing.T
 	bin         string
-	agents      string // the registry file
-	dataDir     string
+	agents      string   // the registry file
+	backend     []string // the binary's backend flags: --data-dir for bbolt
 	logDir      string
-	addr        string // the orchestrator's, the same for every run
+	addr        string // the orchestrator's, the same for every run unless temporal
 	stateAddr   string
 	state       *countingState
 	op          *fakeOperator
@@ -597,12 +616,18 @@ type harness struct {
 	stateClient statev1.StateServiceClient
 	procs       []*orchProc // every run of the binary, in order
 	kills       int
+	// temporal: workflows run on a Temporal cluster that outlives the
+	// runs. Each run is another orchestrator process on a port of its
+	// own (the clients follow it), and the backend keeps step n's
+	// operator output in the workflow's scope under temporalOutput(n).
+	temporal bool
+	dialOpts []grpc.DialOption // for the orchestrator clients
 }
 
 func newHarness(t *testing.T, seed uint64) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{t: t, bin: buildOrchestrator(t), dataDir: filepath.Join(dir, "data"), logDir: dir, addr: freeAddr(t)}
+	h := &harness{t: t, bin: buildOrchestrator(t), backend: []string{"--data-dir", filepath.Join(dir, "data")}, logDir: dir}
 	h.state = &countingState{StateServiceServer: state.NewServer(state.NewMemory()), writes: map[memKey][]stateWrite{}}
 	h.stateAddr = serveInProcess(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) },
 		grpcserver.WithServerOptions(grpc.StatsHandler(&h.state.conns)))
@@ -624,22 +649,29 @@ agents:
 		t.Fatal(err)
 	}
 
-	conn := dial(t, h.addr)
-	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)
-	h.health = healthpb.NewHealthClient(conn)
+	h.connect(freeAddr(t))
 	h.stateClient = statev1.NewStateServiceClient(dial(t, h.stateAddr))
 	return h
 }
 
+// connect points the orchestrator clients at addr, where the next run
+// will listen.
+func (h *harness) connect(addr string) {
+	conn := dial(h.t, addr, h.dialOpts...)
+	h.addr = addr
+	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)
+	h.health = healthpb.NewHealthClient(conn)
+}
+
 // dial connects to addr, reconnecting quickly after a restart (the
 // default backoff starts at 1s).
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, MaxRetries: -1, Timeout: rpcTimeout},
-		grpc.WithConnectParams(grpc.ConnectParams{
+		append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 100 * time.Millisecond},
 			MinConnectTimeout: time.Second,
-		}))
+		})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -676,6 +708,9 @@ func serveInProcess(t *testing.T, name string, register func(*grpcserver.Server)
 func (h *harness) start(ctx context.Context) *orchProc {
 	t := h.t
 	t.Helper()
+	if h.temporal && len(h.procs) > 0 {
+		h.connect(freeAddr(t))
+	}
 	logPath := filepath.Join(h.logDir, fmt.Sprintf("orchestrator-%d.log", len(h.procs)))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -684,8 +719,9 @@ func (h *harness) start(ctx context.Context) *orchProc {
 	defer logFile.Close() // the child has its own descriptor
 	// Not bound to ctx: a test that ran out of time still asks the
 	// process what is stuck. Cleanup kills it.
-	cmd := exec.Command(h.bin, "--dev", "--addr", h.addr, "--agents", h.agents, "--state-addr", h.stateAddr,
-		"--data-dir", h.dataDir, "--log-format", "json", "--log-level", "info")
+	args := append([]string{"--dev", "--addr", h.addr, "--agents", h.agents, "--state-addr", h.stateAddr,
+		"--log-format", "json", "--log-level", "info"}, h.backend...)
+	cmd := exec.Command(h.bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// No NEURON_ORCHESTRATOR_* from the caller's environment: flags are the whole config.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
@@ -870,6 +906,9 @@ type countingState struct {
 	writes  map[memKey][]stateWrite // by key
 	log     []stateWrite            // in order
 	deletes int
+	// afterWrite, when set, runs after each Write is applied and
+	// logged, before it is answered.
+	afterWrite func(*statev1.WriteRequest)
 }
 
 type memKey struct{ scope, key string }
@@ -886,13 +925,17 @@ type stateWrite struct {
 
 func (s *countingState) Write(ctx context.Context, req *statev1.WriteRequest) (*statev1.WriteResponse, error) {
 	resp, err := s.StateServiceServer.Write(ctx, req)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	k := memKey{scope.String(req.GetScope()), req.GetKey()}
 	w := stateWrite{workflow: req.GetScope().GetWorkflow().GetWorkflowId(), key: req.GetKey(), conn: connOf(ctx),
 		idem: req.GetIdempotencyKey(), code: errs.Code(err), rev: resp.GetRevision(), replayed: resp.GetReplayed()}
+	s.mu.Lock()
 	s.writes[k] = append(s.writes[k], w)
 	s.log = append(s.log, w)
+	after := s.afterWrite
+	s.mu.Unlock()
+	if after != nil {
+		after(req)
+	}
 	return resp, err
 }
 
