@@ -3,7 +3,6 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -243,4 +242,3 @@ func jsonOf(t *testing.T, v *structpb.Value) string {
 	return string(b)
 }
 
-var _ = fmt.Sprint

@@ -1,7 +1,6 @@
 package orchestrator_test
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
@@ -66,7 +65,6 @@ func TestTemporalEndToEnd(t *testing.T) {
 	testEndToEnd(t, o, st, writes)
 }
 
-var _ = slog.Default
 
 // starter starts an orchestrator on one backend.
 type starter func(t *testing.T, registry []byte, stateAddr string, o orchOptions) *orch
