@@ -241,4 +241,3 @@ func jsonOf(t *testing.T, v *structpb.Value) string {
 	}
 	return string(b)
 }
-

@@ -65,7 +65,6 @@ func TestTemporalEndToEnd(t *testing.T) {
 	testEndToEnd(t, o, st, writes)
 }
 
-
 // starter starts an orchestrator on one backend.
 type starter func(t *testing.T, registry []byte, stateAddr string, o orchOptions) *orch
 
