@@ -48,17 +48,27 @@ func budgetOf(m *typesv1.Money) (decimal.NullDecimal, error) {
 }
 
 func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (*record, bool, error) {
+	req, err := newStartRequest(wfID, agentID, in, b, detached)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.e.Start(ctx, req)
+}
+
+// newStartRequest checks a Dispatch or StartWorkflow request and builds
+// the startRequest both backends start from.
+func newStartRequest(wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (startRequest, error) {
 	if in == nil || in.Message == nil {
-		return nil, false, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
+		return startRequest{}, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
 	}
 	budget, err := budgetOf(b)
 	if err != nil {
-		return nil, false, err
+		return startRequest{}, err
 	}
 	// Only the correlation id is the caller's; the rest is assigned.
 	in = proto.Clone(in).(*operatorv1.OperatorInput)
 	in.Dispatch = &operatorv1.DispatchContext{CorrelationId: in.GetDispatch().GetCorrelationId(), CausationId: in.GetDispatch().GetCausationId()}
-	return s.e.Start(ctx, startRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached})
+	return startRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached}, nil
 }
 
 // Dispatch implements OrchestratorService.Dispatch.

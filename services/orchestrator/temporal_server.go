@@ -50,10 +50,7 @@ func NewTemporalServer(t *Temporal) *TemporalServer { return &TemporalServer{t: 
 
 // start starts (or finds) a workflow.
 func (s *TemporalServer) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (string, bool, error) {
-	if in == nil || in.Message == nil {
-		return "", false, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
-	}
-	budget, err := budgetOf(b)
+	req, err := newStartRequest(wfID, agentID, in, b, detached)
 	if err != nil {
 		return "", false, err
 	}
@@ -61,16 +58,14 @@ func (s *TemporalServer) start(ctx context.Context, wfID, agentID string, in *op
 	if err != nil {
 		return "", false, err
 	}
-	in = proto.Clone(in).(*operatorv1.OperatorInput)
-	in.Dispatch = &operatorv1.DispatchContext{CorrelationId: in.GetDispatch().GetCorrelationId(), CausationId: in.GetDispatch().GetCausationId()}
-	req := startRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached}
 	if req.WorkflowID == "" {
 		req.WorkflowID = newWorkflowID()
 	}
+	budget := req.Budget
 	if !budget.Valid {
 		budget = agent.Defaults.Budget
 	}
-	input, err := proto.Marshal(in)
+	input, err := proto.Marshal(req.Input)
 	if err != nil {
 		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
 	}

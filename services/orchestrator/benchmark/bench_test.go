@@ -170,51 +170,46 @@ func serveBare(b *testing.B, gs *grpc.Server) string {
 // startTemporal serves the orchestrator on the Temporal backend as
 // cmd/orchestrator builds it, with one agent on the operator at opAddr.
 func startTemporal(b *testing.B, dev *testenv.TemporalDev, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
-	b.Helper()
-	reg, err := orchestrator.ParseRegistry(fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := grpcserver.New(grpcserver.Config{Name: "orchestrator", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	peer := grpcclient.Config{Dev: true}
-	caller := orchestrator.NewGRPCCaller(peer, peer, orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor())
-	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: startState(b), Dev: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: 1})
-	t := orchestrator.NewTemporal(dev.Client, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.TemporalOptions{Engine: orchestrator.Options{Log: log}})
-	if err := t.Start(); err != nil {
-		b.Fatal(err)
-	}
-	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewTemporalServer(t))
-	lis, err := srv.Listen()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	b.Cleanup(func() {
-		cancel()
-		t.Stop()
-		if err := <-done; err != nil {
-			b.Error(err)
+	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
+		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: 1})
+		t := orchestrator.NewTemporal(dev.Client, reg, caller, state, bus, orchestrator.TemporalOptions{Engine: orchestrator.Options{Log: log}})
+		if err := t.Start(); err != nil {
+			b.Fatal(err)
 		}
-		caller.Close()
-		_ = stateConn.Close()
-		bus.Close()
+		return orchestrator.NewTemporalServer(t), func() { t.Stop(); bus.Close() }
 	})
-	return orchestratorv1.NewOrchestratorServiceClient(dial(b, lis.Addr().String()))
 }
 
 // startOrchestrator serves the orchestrator as cmd/orchestrator builds it
 // (without the optional remote middleware) with one agent on the operator
 // at opAddr, and returns a client of it.
 func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
+	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
+		j, err := orchestrator.OpenJournal(filepath.Join(b.TempDir(), "journal.db"), time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: j.Epoch() * 1_000_000_000})
+		eng := orchestrator.NewEngine(j, reg, caller, state, bus, orchestrator.Options{Log: log})
+		return orchestrator.NewServer(eng), func() {
+			eng.Close()
+			bus.Close()
+			if err := j.Close(); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+}
+
+// backend builds one orchestrator backend over the registry, the
+// operator caller and the State service; it returns the service and
+// what stops it.
+type backend func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func())
+
+// serveOrchestrator serves a backend with the binary's server chain, one
+// agent on the operator at opAddr and an in-memory State service, until
+// the benchmark ends, and returns a client of it.
+func serveOrchestrator(b *testing.B, log *slog.Logger, opAddr string, start backend) orchestratorv1.OrchestratorServiceClient {
 	b.Helper()
 	reg, err := orchestrator.ParseRegistry(fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr))
 	if err != nil {
@@ -230,13 +225,8 @@ func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestrat
 	if err != nil {
 		b.Fatal(err)
 	}
-	j, err := orchestrator.OpenJournal(filepath.Join(b.TempDir(), "journal.db"), time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: j.Epoch() * 1_000_000_000})
-	eng := orchestrator.NewEngine(j, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.Options{Log: log})
-	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(eng))
+	svc, stop := start(reg, caller, statev1.NewStateServiceClient(stateConn))
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, svc)
 	lis, err := srv.Listen()
 	if err != nil {
 		b.Fatal(err)
@@ -246,16 +236,12 @@ func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestrat
 	go func() { done <- srv.Serve(ctx, lis) }()
 	b.Cleanup(func() {
 		cancel()
-		eng.Close()
+		stop()
 		if err := <-done; err != nil {
 			b.Error(err)
 		}
 		caller.Close()
 		_ = stateConn.Close()
-		bus.Close()
-		if err := j.Close(); err != nil {
-			b.Error(err)
-		}
 	})
 	return orchestratorv1.NewOrchestratorServiceClient(dial(b, lis.Addr().String()))
 }

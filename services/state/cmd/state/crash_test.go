@@ -221,16 +221,25 @@ type serverProc struct {
 	waitErr error
 }
 
+// startState starts the state binary on the bolt backend in dataDir.
 func startState(ctx context.Context, t *testing.T, bin, dataDir, addr, logPath string) *serverProc {
+	t.Helper()
+	return startStateArgs(ctx, t, bin, logPath, "--dev", "--backend", "bolt", "--data-dir", dataDir, "--addr", addr, "--log-format", "text", "--log-level", "info")
+}
+
+// startStateArgs starts the state binary with exactly args (nothing from
+// the caller's NEURON_STATE_* environment: flags are the whole config),
+// logging to logPath. The process is killed, if still running, when the
+// test ends.
+func startStateArgs(ctx context.Context, t *testing.T, bin, logPath string, args ...string) *serverProc {
 	t.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.CommandContext(ctx, bin, "--dev", "--backend", "bolt", "--data-dir", dataDir, "--addr", addr, "--log-format", "text", "--log-level", "info")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// No NEURON_STATE_* from the caller's environment: flags are the whole config.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {

@@ -6,10 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,38 +215,4 @@ func increment(ctx context.Context, client statev1.StateServiceClient, sc *types
 		}
 	}
 	return fmt.Errorf("no increment after %d attempts", pgMaxAttempts)
-}
-
-// startStateArgs starts the state binary with exactly args (nothing from
-// the caller's NEURON_STATE_* environment), logging to logPath, like
-// startState (crash_test.go) but for any backend. The process is killed,
-// if still running, when the test ends.
-func startStateArgs(ctx context.Context, t *testing.T, bin, logPath string, args ...string) *serverProc {
-	t.Helper()
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", filepath.Base(logPath), tail(logPath, 30))
-		}
-	})
-	return p
 }
