@@ -3,7 +3,7 @@
 # table. Each variant runs in its own process (so peak RSS is its own),
 # COUNT times (default 3); medians are reported, with the ratio of CPU time
 # per model call to the hand-written openai-go loop (target: <= 1.1x).
-#   OperatorLoop       gRPC client -> operator service (full server chain)
+#   OperatorLoop       grpcclient -> operator service (full server chain)
 #                      -> OpenAI-compatible provider -> local mock -> tool
 #   OperatorInProcess  the same loop called in process (no gRPC hop)
 #   HandLoop           a minimal loop on openai-go against the same mock

@@ -49,6 +49,15 @@ const (
 	DefaultMaxRetries = 3
 )
 
+// HTTP/2 flow-control windows, fixed (the same as grpcserver's): without
+// them grpc-go's bandwidth-delay estimator pings the server after every
+// response it receives, an extra write and wake-up on both sides of each
+// small call.
+const (
+	streamWindowBytes = 1 << 20
+	connWindowBytes   = 4 << 20
+)
+
 // BindFlags registers flags for a client named name (e.g. "state" gives
 // --state-addr, --state-token-file, ...).
 func (c *Config) BindFlags(fs *flag.FlagSet, name string) {
@@ -77,6 +86,8 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStaticStreamWindowSize(streamWindowBytes),
+		grpc.WithStaticConnWindowSize(connWindowBytes),
 	}
 	if cfg.Dev || cfg.Plaintext {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))

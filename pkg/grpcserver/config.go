@@ -44,6 +44,18 @@ const (
 	DefaultShutdownTimeout      = 10 * time.Second
 )
 
+// HTTP/2 flow-control windows, fixed rather than grown by grpc-go's
+// bandwidth-delay estimator: the estimator pings the peer on received
+// data, which for small unary calls costs extra writes and wake-ups on
+// both sides (measured: about 8% of an Execute's CPU through the
+// operator benchmark). 1 MiB per stream and 4 MiB per connection keep a
+// full-size message moving at gigabytes a second at in-cluster
+// round-trip times. grpcclient uses the same values.
+const (
+	StreamWindowBytes = 1 << 20
+	ConnWindowBytes   = 4 << 20
+)
+
 // BindFlags registers the shared server flags on fs, with cfg's current
 // values as defaults. Use with flagenv.Parse for env fallbacks.
 func (c *Config) BindFlags(fs *flag.FlagSet) {

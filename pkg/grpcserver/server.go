@@ -102,6 +102,8 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(c.MaxSendMsgBytes),
 		grpc.MaxConcurrentStreams(uint32(min(c.MaxConcurrentStreams, 1<<31))),
+		grpc.StaticStreamWindowSize(StreamWindowBytes),
+		grpc.StaticConnWindowSize(ConnWindowBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second, // refuse clients that ping more often
 			PermitWithoutStream: true,

@@ -94,7 +94,7 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 	r.newTurns = append(r.newTurns, user)
 
 	for {
-		if reason := r.hookHalt(loopCtx, r.hookContext(operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE)); reason != nil {
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE, nil); reason != nil {
 			return r.finish(reason)
 		}
 		if err := r.compact(loopCtx); err != nil {
@@ -116,9 +116,9 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 		r.lastText = resp.Parts
 		uses := resp.ToolUses()
 
-		hc := r.hookContext(operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE)
-		hc.ModelOutput = textContent(resp.Parts)
-		if reason := r.hookHalt(loopCtx, hc); reason != nil {
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE, func(hc *operatorv1.HookContext) {
+			hc.ModelOutput = textContent(resp.Parts)
+		}); reason != nil {
 			r.answerPending(uses, "not run: "+reason.GetMessage())
 			return r.finish(reason)
 		}
@@ -142,7 +142,7 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 		if reason := r.checkLimits(ctx, loopCtx); reason != nil {
 			return r.finish(reason)
 		}
-		if reason := r.hookHalt(loopCtx, r.hookContext(operatorv1.HookPoint_HOOK_POINT_EXIT_CHECK)); reason != nil {
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_EXIT_CHECK, nil); reason != nil {
 			return r.finish(reason)
 		}
 	}

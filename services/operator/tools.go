@@ -138,31 +138,42 @@ func (r *run) runOne(ctx context.Context, c *call) {
 		return
 	}
 
-	hc := r.hookContext(operatorv1.HookPoint_HOOK_POINT_PRE_TOOL_USE)
-	hc.ToolName, hc.ToolUseId, hc.ToolInput = name, c.use.ID, inputValue(input)
-	d := r.runHooks(ctx, hc)
-	switch d.Kind {
-	case operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT:
-		c.halt = haltReason(d)
-		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: "Not run: " + c.halt.GetMessage(), IsError: true}
-		return
-	case operatorv1.HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL:
-		msg := fmt.Sprintf("Skipped by policy (hook %s): %s", d.Hook, d.Reason)
-		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: msg, IsError: true}
-		c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Error: msg}
-		return
-	case operatorv1.HookActionKind_HOOK_ACTION_KIND_MODIFY_TOOL_INPUT:
-		modified := valueJSON(d.NewInput)
-		if input, err = r.op.tools.Validate(name, modified); err != nil {
-			fail(fmt.Sprintf("Hook %s rewrote the arguments into an invalid form: %v", d.Hook, err))
+	// The hook context, and the input as a structpb value, are built
+	// only for hooks and progress events that read them.
+	var shown *structpb.Value
+	if r.op.hooks.Wants(operatorv1.HookPoint_HOOK_POINT_PRE_TOOL_USE) {
+		hc := r.hookContext(operatorv1.HookPoint_HOOK_POINT_PRE_TOOL_USE)
+		hc.ToolName, hc.ToolUseId, hc.ToolInput = name, c.use.ID, inputValue(input)
+		d := r.op.hooks.Run(ctx, hc)
+		switch d.Kind {
+		case operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT:
+			c.halt = haltReason(d)
+			c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: "Not run: " + c.halt.GetMessage(), IsError: true}
 			return
+		case operatorv1.HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL:
+			msg := fmt.Sprintf("Skipped by policy (hook %s): %s", d.Hook, d.Reason)
+			c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: msg, IsError: true}
+			c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Error: msg}
+			return
+		case operatorv1.HookActionKind_HOOK_ACTION_KIND_MODIFY_TOOL_INPUT:
+			modified := valueJSON(d.NewInput)
+			if input, err = r.op.tools.Validate(name, modified); err != nil {
+				fail(fmt.Sprintf("Hook %s rewrote the arguments into an invalid form: %v", d.Hook, err))
+				return
+			}
+			hc.ToolInput = d.NewInput
 		}
-		hc.ToolInput = d.NewInput
+		shown = hc.ToolInput
 	}
 	c.input = input
-	if err := r.emitStarted(c, hc.ToolInput); err != nil {
-		fail(err.Error())
-		return
+	if r.events != nil {
+		if shown == nil {
+			shown = inputValue(input)
+		}
+		if err := r.emitStarted(c, shown); err != nil {
+			fail(err.Error())
+			return
+		}
 	}
 
 	if entry.Effect {
@@ -189,10 +200,10 @@ func (r *run) runOne(ctx context.Context, c *call) {
 		c.record.Error = firstLine(c.result.Content)
 	}
 
-	hc = r.hookContext(operatorv1.HookPoint_HOOK_POINT_POST_TOOL_USE)
-	hc.ToolName, hc.ToolUseId, hc.ToolResult = name, c.use.ID, c.result.Content
-	if d := r.runHooks(ctx, hc); d.Kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT {
-		c.halt = haltReason(d)
+	if reason := r.hookHalt(ctx, operatorv1.HookPoint_HOOK_POINT_POST_TOOL_USE, func(hc *operatorv1.HookContext) {
+		hc.ToolName, hc.ToolUseId, hc.ToolResult = name, c.use.ID, c.result.Content
+	}); reason != nil {
+		c.halt = reason
 	}
 }
 
@@ -240,18 +251,18 @@ func (r *run) hookContext(point operatorv1.HookPoint) *operatorv1.HookContext {
 	}
 }
 
-// runHooks runs the hooks of a point; no registry means Continue.
-func (r *run) runHooks(ctx context.Context, hc *operatorv1.HookContext) hook.Decision {
-	if r.op.hooks == nil {
-		return hook.Decision{Kind: operatorv1.HookActionKind_HOOK_ACTION_KIND_CONTINUE}
+// hookHalt runs the hooks of a point, with a context that set (if not
+// nil) completes, and returns an exit reason if one halted. Without hooks
+// at that point it builds nothing.
+func (r *run) hookHalt(ctx context.Context, point operatorv1.HookPoint, set func(*operatorv1.HookContext)) *operatorv1.ExitReason {
+	if !r.op.hooks.Wants(point) {
+		return nil
 	}
-	return r.op.hooks.Run(ctx, hc)
-}
-
-// hookHalt runs the hooks of a point and returns an exit reason if one
-// halted.
-func (r *run) hookHalt(ctx context.Context, hc *operatorv1.HookContext) *operatorv1.ExitReason {
-	if d := r.runHooks(ctx, hc); d.Kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT {
+	hc := r.hookContext(point)
+	if set != nil {
+		set(hc)
+	}
+	if d := r.op.hooks.Run(ctx, hc); d.Kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT {
 		return haltReason(d)
 	}
 	return nil

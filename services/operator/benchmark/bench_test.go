@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,11 +17,10 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -151,7 +149,13 @@ func BenchmarkOperatorLoop(b *testing.B) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
 	defer func() { cancel(); <-done }()
-	client := operatorv1.NewOperatorServiceClient(dial(b, lis.Addr()))
+	// The client is the one the orchestrator and the CLI use.
+	conn, err := grpcclient.Dial(grpcclient.Config{Target: lis.Addr().String(), Dev: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := operatorv1.NewOperatorServiceClient(conn)
 	req := &operatorv1.ExecuteRequest{Input: &operatorv1.OperatorInput{Message: content.Text("call noop once, then say done")}}
 
 	run := func() {
@@ -216,13 +220,4 @@ func BenchmarkHandLoop(b *testing.B) {
 		}
 	}
 	measure(b, run)
-}
-
-func dial(b *testing.B, addr net.Addr) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	return conn
 }

@@ -1,5 +1,5 @@
 // Package benchmark measures the operator's per-model-call overhead: the
-// whole Execute path (gRPC client -> operator service -> OpenAI-compatible
+// whole Execute path (grpcclient -> operator service -> OpenAI-compatible
 // provider over HTTP -> a trivial tool) against a minimal hand-written
 // loop on openai-go calling the same local mock server. Run it with
 // scripts/bench-operator.sh (each variant in its own process, so peak RSS

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 
 	"github.com/shopspring/decimal"
 )
@@ -198,4 +199,49 @@ func UsageFromTotals(prompt, cacheRead, cacheWrite, output int64) Usage {
 		input = total - read - written
 	}
 	return Usage{InputTokens: input, OutputTokens: count(output), CacheReadTokens: read, CacheWriteTokens: written}
+}
+
+// InMemoryBodies wraps an HTTP transport (nil means
+// http.DefaultTransport) so that a request whose body can be re-read
+// (Request.GetBody set) is sent with a fresh copy from GetBody. Go's
+// HTTP/1 client writes the headers and an in-memory body (a
+// *bytes.Reader, *bytes.Buffer or *strings.Reader, possibly in
+// io.NopCloser) in one write, but flushes the headers on their own before
+// any other body. The model SDKs wrap their in-memory bodies in readers of
+// their own and set GetBody, so without this every model call costs a
+// second write syscall: about 5% of a call's CPU against a local server.
+func InMemoryBodies(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return inMemoryBodies{next}
+}
+
+type inMemoryBodies struct{ next http.RoundTripper }
+
+func (t inMemoryBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.GetBody == nil || r.Body == nil || r.Body == http.NoBody {
+		return t.next.RoundTrip(r)
+	}
+	body, err := r.GetBody()
+	if err != nil {
+		return t.next.RoundTrip(r)
+	}
+	// A RoundTripper must close the body it was given, and must not
+	// change the request: the copy gets the fresh body.
+	_ = r.Body.Close()
+	c := *r
+	c.Body = body
+	return t.next.RoundTrip(&c)
+}
+
+// WithInMemoryBodies is c (nil means a plain &http.Client{}) with its
+// transport wrapped by InMemoryBodies.
+func WithInMemoryBodies(c *http.Client) *http.Client {
+	if c == nil {
+		c = &http.Client{}
+	}
+	cc := *c
+	cc.Transport = InMemoryBodies(c.Transport)
+	return &cc
 }

@@ -88,10 +88,7 @@ func New(cfg Config) (*Provider, error) {
 	if maxTokens == 0 {
 		maxTokens = DefaultMaxTokens
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc := provider.WithInMemoryBodies(cfg.HTTPClient)
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithAPIKey(key),

@@ -22,6 +22,19 @@
 // SDK's own retries are off (retries live outside providers) and no
 // timeout is set besides the call's context.
 //
+// # Wire encoding
+//
+// The SDK sends each request and reads each response (base URL, auth,
+// headers, error bodies, SSE framing), but the bodies are this package's
+// own plain structs, encoded and decoded with encoding/json, carrying
+// only the fields mapped below. The SDK's typed params and responses go
+// through its reflective encoder and lenient decoder, which cost about a
+// fifth of a model call's CPU against a fast local server. Requests go
+// through provider.InMemoryBodies, so headers and body leave in one
+// write. A response field of an unexpected JSON type that is mapped
+// (content, tool calls, usage) makes the response malformed; unmapped
+// fields are ignored.
+//
 // # Requests
 //
 //   - Request.System is sent first, as a "system" message.
@@ -52,7 +65,9 @@
 //
 // # Responses
 //
-// The first choice is used. Text and refusal become text parts (in that
+// The first choice is used. Content may be a string, null, or (from some
+// compatible servers) an array of content parts, whose "text" parts are
+// joined. Text and refusal become text parts (in that
 // order) and tool calls become ToolUse parts whose Input is the arguments
 // string, byte for byte, valid JSON or not ("{}" when empty); a call with
 // no id (some compatible servers) gets "call_<n>", its position among the

@@ -67,7 +67,7 @@ type Config struct {
 type Provider struct {
 	name       string
 	compatible bool
-	chat       oa.ChatCompletionService
+	client     oa.Client
 	// key is kept only to scrub it from error messages.
 	key string
 	// authHint starts the message of a 401 or 403: which key was
@@ -127,11 +127,8 @@ func newProvider(name string, compatible bool, cfg Config, authHint string) (*Pr
 	if cfg.MaxTokens < 0 {
 		return nil, configError(name, cfg, fmt.Sprintf("max tokens %d is negative", cfg.MaxTokens))
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	// The service is built from explicit options only (not oa.NewClient),
+	hc := provider.WithInMemoryBodies(cfg.HTTPClient)
+	// The client is built from explicit options only (not oa.NewClient),
 	// so no ambient OPENAI_* variable (organization, project, custom
 	// headers, another key) leaks into the requests.
 	opts := []option.RequestOption{
@@ -145,7 +142,7 @@ func newProvider(name string, compatible bool, cfg Config, authHint string) (*Pr
 	return &Provider{
 		name:         name,
 		compatible:   compatible,
-		chat:         oa.NewChatService(opts...).Completions,
+		client:       oa.Client{Options: opts},
 		key:          cfg.APIKey,
 		authHint:     authHint,
 		defaultModel: cfg.DefaultModel,
@@ -178,12 +175,26 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if req.OnText != nil {
 		return p.stream(ctx, model, params, req.OnText)
 	}
-	var call callRecorder
-	res, err := p.chat.New(ctx, params, call.option())
+	body, err := p.encode(model, params)
 	if err != nil {
+		return nil, err
+	}
+	var call callRecorder
+	var res chatCompletion
+	if err := p.client.Post(ctx, "chat/completions", body, &res, call.option()); err != nil {
 		return nil, p.callError(ctx, model, err, &call)
 	}
-	return p.fromCompletion(model, res)
+	return p.fromCompletion(model, &res)
+}
+
+// encode is the request body. It fails only on a value encoding/json
+// cannot write, which params never builds.
+func (p *Provider) encode(model string, params *chatRequest) ([]byte, error) {
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, p.errorf(model, errs.InvalidArgument, "encoding the request: %v", err)
+	}
+	return b, nil
 }
 
 // WireRequest returns the JSON body Complete would POST to
@@ -202,11 +213,7 @@ func (p *Provider) WireRequest(req *provider.Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(params)
-	if err != nil {
-		return nil, p.errorf(model, errs.InvalidArgument, "encoding the request: %v", err)
-	}
-	return b, nil
+	return p.encode(model, params)
 }
 
 // callRecorder captures, for one call, the HTTP response (status, headers,

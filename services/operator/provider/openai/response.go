@@ -4,33 +4,102 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
-	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
-// fromCompletion maps a non-streaming response.
-func (p *Provider) fromCompletion(model string, res *oa.ChatCompletion) (*provider.Response, error) {
-	if res == nil {
-		return nil, p.errorf(model, errs.NonRetryable, "malformed response: empty body")
+// The response side of the wire format: only what is mapped is decoded,
+// with encoding/json. One type serves a completion and a streamed chunk
+// (whose choices carry a delta instead of a message).
+type chatCompletion struct {
+	Model   string       `json:"model"`
+	Choices []choice     `json:"choices"`
+	Usage   *usageFields `json:"usage"`
+}
+
+type choice struct {
+	Index        int64           `json:"index"`
+	Message      responseMessage `json:"message"`
+	Delta        responseMessage `json:"delta"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+type responseMessage struct {
+	Content      contentText        `json:"content"`
+	Refusal      string             `json:"refusal"`
+	ToolCalls    []responseToolCall `json:"tool_calls"`
+	FunctionCall functionCall       `json:"function_call"`
+}
+
+type responseToolCall struct {
+	Index    int64        `json:"index"`
+	ID       string       `json:"id"`
+	Function functionCall `json:"function"`
+}
+
+type usageFields struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens     int64 `json:"cached_tokens"`
+		CacheWriteTokens int64 `json:"cache_write_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// contentText is a message's content: a string, null, or (from some compatible
+// servers) an array of content parts, whose text parts are joined.
+type contentText string
+
+func (t *contentText) UnmarshalJSON(b []byte) error {
+	switch {
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*t = contentText(s)
+	case len(b) > 0 && b[0] == '[':
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		var sb strings.Builder
+		for _, p := range parts {
+			if p.Type == "text" {
+				sb.WriteString(p.Text)
+			}
+		}
+		*t = contentText(sb.String())
+	case string(b) == "null":
+	default:
+		return fmt.Errorf("content is neither a string nor an array of parts: %.40s", b)
 	}
-	var choice *oa.ChatCompletionChoice
+	return nil
+}
+
+// fromCompletion maps a non-streaming response.
+func (p *Provider) fromCompletion(model string, res *chatCompletion) (*provider.Response, error) {
+	var ch *choice
 	for i := range res.Choices {
 		if res.Choices[i].Index == 0 {
-			choice = &res.Choices[i]
+			ch = &res.Choices[i]
 			break
 		}
 	}
-	if choice == nil {
+	if ch == nil {
 		return nil, p.errorf(model, errs.NonRetryable, "malformed response: no choices")
 	}
-	msg := choice.Message
+	msg := &ch.Message
 	var a assembly
-	a.text.WriteString(msg.Content)
+	a.text.WriteString(string(msg.Content))
 	a.refusal.WriteString(msg.Refusal)
 	for _, tc := range msg.ToolCalls {
 		c := a.add(tc.ID)
@@ -43,17 +112,24 @@ func (p *Provider) fromCompletion(model string, res *oa.ChatCompletion) (*provid
 		c.name = msg.FunctionCall.Name
 		c.args.WriteString(msg.FunctionCall.Arguments)
 	}
-	a.finish = choice.FinishReason
+	a.finish = ch.FinishReason
 	a.usage = res.Usage
 	a.model = res.Model
 	return a.response(model), nil
 }
 
 // stream makes a streaming call and assembles its chunks.
-func (p *Provider) stream(ctx context.Context, model string, params oa.ChatCompletionNewParams, onText func(string)) (*provider.Response, error) {
-	params.StreamOptions.IncludeUsage = oa.Bool(true)
+func (p *Provider) stream(ctx context.Context, model string, params *chatRequest, onText func(string)) (*provider.Response, error) {
+	params.Stream = true
+	params.StreamOptions = &streamOptions{IncludeUsage: true}
+	body, err := p.encode(model, params)
+	if err != nil {
+		return nil, err
+	}
 	var call callRecorder
-	s := p.chat.NewStreaming(ctx, params, call.option())
+	var raw *http.Response
+	err = p.client.Post(ctx, "chat/completions", body, &raw, call.option())
+	s := ssestream.NewStream[chatCompletion](ssestream.NewDecoder(raw), err)
 	defer s.Close()
 	var a assembly
 	finished := false
@@ -62,7 +138,7 @@ func (p *Provider) stream(ctx context.Context, model string, params oa.ChatCompl
 		if chunk.Model != "" {
 			a.model = chunk.Model
 		}
-		if chunk.JSON.Usage.Valid() {
+		if chunk.Usage != nil {
 			a.usage = chunk.Usage
 		}
 		for _, ch := range chunk.Choices {
@@ -71,8 +147,8 @@ func (p *Provider) stream(ctx context.Context, model string, params oa.ChatCompl
 			}
 			d := ch.Delta
 			if d.Content != "" {
-				a.text.WriteString(d.Content)
-				onText(d.Content)
+				a.text.WriteString(string(d.Content))
+				onText(string(d.Content))
 			}
 			if d.Refusal != "" {
 				a.refusal.WriteString(d.Refusal)
@@ -154,7 +230,7 @@ type assembly struct {
 	// byIndex maps a streamed tool call index to its entry in calls.
 	byIndex map[int64]*callAssembly
 	finish  string
-	usage   oa.CompletionUsage
+	usage   *usageFields
 	model   string
 }
 
@@ -243,7 +319,10 @@ func stopReason(finish string, refused, calls bool) provider.StopReason {
 // priced once: CacheReadTokens = prompt_tokens_details.cached_tokens,
 // CacheWriteTokens = prompt_tokens_details.cache_write_tokens, and
 // InputTokens = prompt_tokens minus both (never below 0).
-func usage(u oa.CompletionUsage) provider.Usage {
+func usage(u *usageFields) provider.Usage {
+	if u == nil {
+		return provider.Usage{}
+	}
 	d := u.PromptTokensDetails
 	return provider.UsageFromTotals(u.PromptTokens, d.CachedTokens, d.CacheWriteTokens, u.CompletionTokens)
 }

@@ -94,6 +94,11 @@ func TestResponseMapping(t *testing.T) {
 		  "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}`,
 			provider.Response{Parts: []provider.Part{toolUse("call_0", "read", `{"path":"a"}`), toolUse("call_1", "read", `{"path":"b"}`)},
 				Stop: provider.StopToolUse, Usage: provider.Usage{InputTokens: 50, OutputTokens: 20}, Model: "qwen2.5:7b"}},
+		{"content as text parts (compatible server)", `{"id": "x", "object": "chat.completion", "created": 1, "model": "mistral-small",
+		  "choices": [{"index": 0, "message": {"role": "assistant", "content": [
+		    {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Hel"}, {"type": "text", "text": "lo."}]},
+		    "finish_reason": "stop"}]}`,
+			provider.Response{Parts: []provider.Part{text("Hello.")}, Stop: provider.StopEndTurn, Model: "mistral-small"}},
 		{"no model in response", `{"id": "x", "object": "chat.completion", "created": 1,
 		  "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}`,
 			provider.Response{Parts: []provider.Part{text("hi")}, Stop: provider.StopEndTurn, Model: "gpt-4o"}},

@@ -314,6 +314,10 @@ func TestMalformedResponse(t *testing.T) {
 		}, "malformed response (HTTP 200): expected destination type of 'string' or '[]byte' for responses with content-type 'text/html' that is not 'application/json'"},
 		{"no choices", jsonBody(200, `{"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o", "choices": []}`),
 			"malformed response: no choices"},
+		{"content of the wrong type", jsonBody(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": 42}, "finish_reason": "stop"}]}`),
+			"malformed response (HTTP 200): error parsing response json: content is neither a string nor an array of parts: 42"},
+		{"usage of the wrong type", jsonBody(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": "ten"}}`),
+			"malformed response (HTTP 200): error parsing response json: json: cannot unmarshal string into Go struct field usageFields.usage.prompt_tokens of type int64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, tc.handler)

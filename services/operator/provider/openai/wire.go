@@ -7,9 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	oa "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/shared"
-
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -18,39 +15,104 @@ import (
 // with IsError set: Chat Completions has no error flag on tool messages.
 const ErrorPrefix = "ERROR: "
 
+// The request body, in the Chat Completions wire format. These are plain
+// structs for encoding/json rather than the SDK's param types: the SDK's
+// reflective encoder (and its decoder on the way back) cost about a fifth
+// of the CPU of a model call against a fast server, while the SDK still
+// does everything else (base URL, auth, headers, error bodies, SSE).
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+	MaxTokens           int            `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream,omitempty"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is one message. Content is a string or a []contentPart;
+// nil leaves it out (an assistant message with only tool calls).
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type contentPart struct {
+	Type     string    `json:"type"`
+	Text     *string   `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+type chatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function functionCall `json:"function"`
+}
+
+type functionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatTool struct {
+	Type     string      `json:"type"`
+	Function functionDef `json:"function"`
+}
+
+type functionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// emptySchema is the parameters of a tool with no input schema.
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+func textPart(s string) contentPart { return contentPart{Type: "text", Text: &s} }
+
 // params maps a request to the Chat Completions wire format.
-func (p *Provider) params(req *provider.Request, model string) (oa.ChatCompletionNewParams, error) {
-	var params oa.ChatCompletionNewParams
+func (p *Provider) params(req *provider.Request, model string) (*chatRequest, error) {
 	if model == "" {
-		return params, p.errorf(model, errs.InvalidArgument, "no model: the request names none and no default model is configured")
+		return nil, p.errorf(model, errs.InvalidArgument, "no model: the request names none and no default model is configured")
 	}
-	params.Model = model
+	params := &chatRequest{Model: model, Messages: make([]chatMessage, 0, len(req.Messages)+1)}
 	if req.System != "" {
-		params.Messages = append(params.Messages, oa.SystemMessage(req.System))
+		params.Messages = append(params.Messages, chatMessage{Role: "system", Content: req.System})
 	}
 	for i, m := range req.Messages {
-		var msgs []oa.ChatCompletionMessageParamUnion
 		var err error
 		switch m.Role {
 		case provider.User:
-			msgs, err = p.userMessages(model, i, m.Parts)
+			params.Messages, err = p.userMessages(params.Messages, model, i, m.Parts)
 		case provider.Assistant:
-			msgs, err = p.assistantMessage(model, i, m.Parts)
+			params.Messages, err = p.assistantMessage(params.Messages, model, i, m.Parts)
 		default:
 			err = p.errorf(model, errs.InvalidArgument, "message %d: unknown role %d", i, int(m.Role))
 		}
 		if err != nil {
-			return params, err
+			return nil, err
 		}
-		params.Messages = append(params.Messages, msgs...)
 	}
 	if len(params.Messages) == 0 {
-		return params, p.errorf(model, errs.InvalidArgument, "the request has no messages")
+		return nil, p.errorf(model, errs.InvalidArgument, "the request has no messages")
+	}
+	if len(req.Tools) > 0 {
+		params.Tools = make([]chatTool, 0, len(req.Tools))
 	}
 	for _, t := range req.Tools {
 		tool, err := p.tool(model, t)
 		if err != nil {
-			return params, err
+			return nil, err
 		}
 		params.Tools = append(params.Tools, tool)
 	}
@@ -60,25 +122,25 @@ func (p *Provider) params(req *provider.Request, model string) (oa.ChatCompletio
 	}
 	switch {
 	case maxTokens < 0:
-		return params, p.errorf(model, errs.InvalidArgument, "max tokens %d is negative", maxTokens)
+		return nil, p.errorf(model, errs.InvalidArgument, "max tokens %d is negative", maxTokens)
 	case maxTokens == 0:
 	case p.compatible:
 		// Many compatible servers know only the older field.
-		params.MaxTokens = oa.Int(int64(maxTokens))
+		params.MaxTokens = maxTokens
 	default:
 		// OpenAI deprecated max_tokens; reasoning models reject it.
-		params.MaxCompletionTokens = oa.Int(int64(maxTokens))
+		params.MaxCompletionTokens = maxTokens
 	}
 	return params, nil
 }
 
-// userMessages maps one user message: its tool results become "tool"
+// userMessages appends one user message: its tool results become "tool"
 // messages, first and in order (they must directly follow the assistant
 // message that asked for them); its text and images become one "user"
 // message after them.
-func (p *Provider) userMessages(model string, i int, parts []provider.Part) ([]oa.ChatCompletionMessageParamUnion, error) {
-	var out []oa.ChatCompletionMessageParamUnion
-	var content []oa.ChatCompletionContentPartUnionParam
+func (p *Provider) userMessages(out []chatMessage, model string, i int, parts []provider.Part) ([]chatMessage, error) {
+	n := len(out)
+	var content []contentPart
 	for j, part := range parts {
 		switch {
 		case part.ToolUse != nil:
@@ -92,36 +154,37 @@ func (p *Provider) userMessages(model string, i int, parts []provider.Part) ([]o
 			if r.IsError {
 				text = ErrorPrefix + text
 			}
-			out = append(out, oa.ToolMessage(text, r.ToolUseID))
+			// Content is always sent, even empty: the API requires it.
+			out = append(out, chatMessage{Role: "tool", ToolCallID: r.ToolUseID, Content: text})
 		case part.Image != nil:
 			u, err := p.imageURL(model, i, j, part.Image)
 			if err != nil {
 				return nil, err
 			}
-			content = append(content, oa.ImageContentPart(oa.ChatCompletionContentPartImageImageURLParam{URL: u}))
+			content = append(content, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
 		default:
-			content = append(content, oa.TextContentPart(part.Text))
+			content = append(content, textPart(part.Text))
 		}
 	}
 	switch {
 	case len(content) == 0:
-	case len(content) == 1 && content[0].OfText != nil:
-		out = append(out, oa.UserMessage(content[0].OfText.Text))
+	case len(content) == 1 && content[0].Text != nil:
+		out = append(out, chatMessage{Role: "user", Content: *content[0].Text})
 	default:
-		out = append(out, oa.UserMessage(content))
+		out = append(out, chatMessage{Role: "user", Content: content})
 	}
-	if len(out) == 0 {
+	if len(out) == n {
 		return nil, p.errorf(model, errs.InvalidArgument, "message %d: empty user message", i)
 	}
 	return out, nil
 }
 
-// assistantMessage maps one assistant message: text as content (a string
-// for one part, text parts for several), tool calls as tool_calls with the
-// input as the arguments string.
-func (p *Provider) assistantMessage(model string, i int, parts []provider.Part) ([]oa.ChatCompletionMessageParamUnion, error) {
-	var texts []string
-	var calls []oa.ChatCompletionMessageToolCallUnionParam
+// assistantMessage appends one assistant message: text as content (a
+// string for one part, text parts for several), tool calls as tool_calls
+// with the input as the arguments string.
+func (p *Provider) assistantMessage(out []chatMessage, model string, i int, parts []provider.Part) ([]chatMessage, error) {
+	var texts []contentPart
+	var calls []chatToolCall
 	for j, part := range parts {
 		switch {
 		case part.ToolResult != nil:
@@ -137,34 +200,23 @@ func (p *Provider) assistantMessage(model string, i int, parts []provider.Part) 
 			if args == "" {
 				args = "{}"
 			}
-			calls = append(calls, oa.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &oa.ChatCompletionMessageFunctionToolCallParam{
-					ID:       u.ID,
-					Function: oa.ChatCompletionMessageFunctionToolCallFunctionParam{Name: u.Name, Arguments: args},
-				},
-			})
+			calls = append(calls, chatToolCall{ID: u.ID, Type: "function", Function: functionCall{Name: u.Name, Arguments: args}})
 		default:
-			texts = append(texts, part.Text)
+			texts = append(texts, textPart(part.Text))
 		}
 	}
-	if len(texts) == 0 && len(calls) == 0 {
-		return nil, p.errorf(model, errs.InvalidArgument, "message %d: empty assistant message", i)
-	}
-	var msg oa.ChatCompletionAssistantMessageParam
+	msg := chatMessage{Role: "assistant", ToolCalls: calls}
 	switch len(texts) {
 	case 0:
-	case 1:
-		msg.Content.OfString = oa.String(texts[0])
-	default:
-		for _, t := range texts {
-			msg.Content.OfArrayOfContentParts = append(msg.Content.OfArrayOfContentParts,
-				oa.ChatCompletionAssistantMessageParamContentArrayOfContentPartUnion{
-					OfText: &oa.ChatCompletionContentPartTextParam{Text: t},
-				})
+		if len(calls) == 0 {
+			return nil, p.errorf(model, errs.InvalidArgument, "message %d: empty assistant message", i)
 		}
+	case 1:
+		msg.Content = *texts[0].Text
+	default:
+		msg.Content = texts
 	}
-	msg.ToolCalls = calls
-	return []oa.ChatCompletionMessageParamUnion{{OfAssistant: &msg}}, nil
+	return append(out, msg), nil
 }
 
 // imageURL is an image's URL, or a data: URL for inline bytes.
@@ -186,29 +238,17 @@ func (p *Provider) imageURL(model string, i, j int, img *provider.Image) (string
 }
 
 // tool maps a tool spec to a function tool. An empty schema means no
-// parameters.
-func (p *Provider) tool(model string, t provider.ToolSpec) (oa.ChatCompletionToolUnionParam, error) {
+// parameters. The schema is sent as written.
+func (p *Provider) tool(model string, t provider.ToolSpec) (chatTool, error) {
 	if t.Name == "" {
-		return oa.ChatCompletionToolUnionParam{}, p.errorf(model, errs.InvalidArgument, "tool without a name")
+		return chatTool{}, p.errorf(model, errs.InvalidArgument, "tool without a name")
 	}
-	def := shared.FunctionDefinitionParam{Name: t.Name}
-	if t.Description != "" {
-		def.Description = oa.String(t.Description)
-	}
-	schema := shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
-	if len(bytes.TrimSpace(t.InputSchema)) > 0 {
-		// Top-level members stay raw JSON, so the schema reaches the wire
-		// as written (numbers included), only its top-level keys
-		// reordered.
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(t.InputSchema, &raw); err != nil || raw == nil {
-			return oa.ChatCompletionToolUnionParam{}, p.errorf(model, errs.InvalidArgument, "tool %q: input schema is not a JSON object", t.Name)
+	schema := emptySchema
+	if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
+		if s[0] != '{' || !json.Valid(s) {
+			return chatTool{}, p.errorf(model, errs.InvalidArgument, "tool %q: input schema is not a JSON object", t.Name)
 		}
-		schema = make(shared.FunctionParameters, len(raw))
-		for k, v := range raw {
-			schema[k] = v
-		}
+		schema = json.RawMessage(s)
 	}
-	def.Parameters = schema
-	return oa.ChatCompletionFunctionTool(def), nil
+	return chatTool{Type: "function", Function: functionDef{Name: t.Name, Description: t.Description, Parameters: schema}}, nil
 }

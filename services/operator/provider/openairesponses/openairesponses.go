@@ -83,10 +83,7 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.MaxSessions < 0 {
 		return nil, fmt.Errorf("%s: MaxSessions %d is negative: %w", Name, cfg.MaxSessions, errs.InvalidArgument)
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc := provider.WithInMemoryBodies(cfg.HTTPClient)
 	opts := []option.RequestOption{
 		option.WithAPIKey(key),
 		option.WithHTTPClient(hc),
