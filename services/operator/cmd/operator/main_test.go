@@ -29,6 +29,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(mcpServerEnv) == "1" {
+		// The operator under test started this binary as its stdio MCP
+		// server (see mcp_e2e_test.go).
+		os.Exit(serveStdioMCP())
+	}
 	sandbox.Main() // run() in-process may start sandboxed children of this test binary
 	os.Exit(m.Run())
 }
