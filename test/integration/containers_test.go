@@ -22,8 +22,11 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/environment/docker"
 )
@@ -40,7 +43,7 @@ const engineTimeout = 3 * time.Minute
 // also told to run as.
 const serviceUser = "65532:65532"
 
-// TestContainers builds the state, operator and orchestrator images from
+// TestContainers builds the state, operator, orchestrator and environment images from
 // their Dockerfiles (FROM scratch, a static binary and the CA bundle) on a
 // private Docker engine, then, through testcontainers-go, runs them on a
 // private bridge network under their service names, with the
@@ -65,7 +68,7 @@ func TestContainers(t *testing.T) {
 
 	bins := binaries(t)
 	images := map[string]string{}
-	for _, svc := range []string{"state", "operator", "orchestrator"} {
+	for _, svc := range []string{"state", "operator", "orchestrator", "environment"} {
 		tag := "neuron-it/" + svc + ":test"
 		ctx, cancel := context.WithTimeout(t.Context(), engineTimeout)
 		err := docker.BuildImage(ctx, cli, filepath.Join(root, "services", svc, "Dockerfile"), bins[svc], caBundle, tag)
@@ -102,10 +105,33 @@ func TestContainers(t *testing.T) {
 		files: map[string][]byte{"/etc/neuron/agents.yaml": registry("operator:7071")},
 	})
 
+	// The environment image, with the one backend that works inside a
+	// container without privileges: local, forwarding to the operator.
+	envc := runService(t, cli, serviceSpec{
+		name: "environment", image: images["environment"], network: nw, port: "7073/tcp",
+		args: []string{"--dev", "--addr", "0.0.0.0:7073", "--backend", "local", "--operator-addr", "operator:7071"},
+	})
+
 	orchConn := dial(t, orch.hostAddr)
 	waitHealthy(t, orchConn, "")
 	stateConn := dial(t, state.hostAddr)
 	waitHealthy(t, stateConn, stateService)
+
+	envConn := dial(t, envc.hostAddr)
+	waitHealthy(t, envConn, "")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	run, err := environmentv1.NewEnvironmentServiceClient(envConn).Run(ctx, &environmentv1.RunRequest{
+		Input: &operatorv1.OperatorInput{Message: content.Text("hello from the environment container")},
+		Spec:  &environmentv1.EnvironmentSpec{}, // no isolation: what the local backend runs
+	})
+	if err != nil {
+		t.Fatalf("Run through the environment container: %v", err)
+	}
+	if out := run.GetOutput(); out.GetExitReason().GetKind() != operatorv1.ExitKind_EXIT_KIND_COMPLETE ||
+		!strings.Contains(content.TextOf(out.GetMessage()), "hello from the environment container") {
+		t.Fatalf("Run through the environment container: %v", out)
+	}
 
 	w := newMemoryWorkflow(t, "containers")
 	w.run(t, orchestratorv1.NewOrchestratorServiceClient(orchConn), statev1.NewStateServiceClient(stateConn))

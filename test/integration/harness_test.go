@@ -41,6 +41,7 @@ const (
 	statePkg        = "github.com/secbear/neuron/services/state/cmd/state"
 	operatorPkg     = "github.com/secbear/neuron/services/operator/cmd/operator"
 	orchestratorPkg = "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator"
+	environmentPkg  = "github.com/secbear/neuron/services/environment/cmd/environment"
 )
 
 // Bounds. None is a timing assertion: each only stops a stuck test.
@@ -450,5 +451,6 @@ func binaries(t *testing.T) map[string]string {
 		"state":        testenv.BuildStatic(t, statePkg),
 		"operator":     testenv.BuildStatic(t, operatorPkg),
 		"orchestrator": testenv.BuildStatic(t, orchestratorPkg),
+		"environment":  testenv.BuildStatic(t, environmentPkg),
 	}
 }
