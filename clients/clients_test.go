@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/testenv"
 )
 
 // The tests run the Python and Node example clients, and the grpcurl
@@ -42,7 +42,6 @@ const (
 	startTimeout  = 2 * time.Minute
 	clientTimeout = 3 * time.Minute
 	stopTimeout   = 15 * time.Second
-	python        = "/usr/bin/python3" // Debian's, with python3-grpcio; the first python3 on PATH may lack grpc
 	echoPrefix    = "[scripted model] You said: "
 )
 
@@ -303,10 +302,7 @@ func runClient(t *testing.T, env []string, name string, args ...string) []byte {
 // "assistant" and replays the workflow's lifecycle events.
 func TestClients(t *testing.T) {
 	root := repoRoot(t)
-	stubs, pyReason := "", pythonMissing()
-	if pyReason == "" {
-		stubs, pyReason = pythonStubs(t, root)
-	}
+	stubs, pyReason := testenv.PythonStubs(t, root)
 	nodeReason := nodeMissing()
 	if pyReason != "" && nodeReason != "" {
 		t.Skipf("%s; %s", pyReason, nodeReason)
@@ -319,7 +315,7 @@ func TestClients(t *testing.T) {
 		}
 		env := append(os.Environ(), "PYTHONPATH="+stubs, "PYTHONDONTWRITEBYTECODE=1")
 		text := "hello from python"
-		out := runClient(t, env, python, filepath.Join(root, "clients", "python", "neuron_client.py"),
+		out := runClient(t, env, testenv.Python, filepath.Join(root, "clients", "python", "neuron_client.py"),
 			"--state", sys.state, "--orchestrator", sys.orchestrator,
 			"--session", "clients-test-python", "--key", "clients/python", "--text", text, "--timeout", "60")
 		checkClientOutput(t, sys, out, "python", "clients-test-python", "clients/python", text)
@@ -339,17 +335,6 @@ func TestClients(t *testing.T) {
 	})
 }
 
-// pythonMissing says why the Python client cannot run here, or "".
-func pythonMissing() string {
-	if _, err := os.Stat(python); err != nil {
-		return python + " is missing: run scripts/client-deps.sh"
-	}
-	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
-		return fmt.Sprintf("%s cannot import grpc (%s): run scripts/client-deps.sh", python, lastLine(out))
-	}
-	return ""
-}
-
 // nodeMissing says why the Node client cannot run here, or "".
 func nodeMissing() string {
 	if _, err := exec.LookPath("node"); err != nil {
@@ -362,60 +347,6 @@ func nodeMissing() string {
 		}
 	}
 	return ""
-}
-
-func lastLine(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return lines[len(lines)-1]
-}
-
-// pythonStubs generates the Python stubs of every layer0 proto, and of
-// the vendored buf/validate/validate.proto they import, into a temporary
-// directory. It uses protoc with grpc_python_plugin when both are on PATH,
-// else `python3 -m grpc_tools.protoc`. When neither can compile the
-// protos here (Debian 12's python3-grpc-tools bundles protoc 3.5, which
-// predates proto3 `optional`) it returns why instead; any other failure
-// fails the test.
-func pythonStubs(t *testing.T, root string) (dir, missing string) {
-	t.Helper()
-	files := []string{"buf/validate/validate.proto"}
-	err := filepath.WalkDir(filepath.Join(root, "proto"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".proto") {
-			rel, err := filepath.Rel(filepath.Join(root, "proto"), p)
-			if err != nil {
-				return err
-			}
-			files = append(files, filepath.ToSlash(rel))
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	flags := []string{"-I", "proto", "-I", filepath.Join("third_party", "protovalidate"), "--python_out=" + out, "--grpc_python_out=" + out}
-	protoc, perr := exec.LookPath("protoc")
-	plugin, gerr := exec.LookPath("grpc_python_plugin")
-	var cmd *exec.Cmd
-	if perr == nil && gerr == nil {
-		cmd = exec.Command(protoc, append(append([]string{"--plugin=protoc-gen-grpc_python=" + plugin}, flags...), files...)...)
-	} else {
-		cmd = exec.Command(python, append(append([]string{"-m", "grpc_tools.protoc"}, flags...), files...)...)
-	}
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		msg := string(b)
-		switch {
-		case strings.Contains(msg, "No module named grpc_tools"):
-			return "", "no protoc with grpc_python_plugin on PATH and no grpc_tools for " + python + ": run scripts/client-deps.sh"
-		case strings.Contains(msg, "Explicit 'optional' labels are disallowed"):
-			return "", strings.Join(cmd.Args[:3], " ") + ": its protoc predates proto3 optional; run scripts/client-deps.sh (protobuf-compiler, protobuf-compiler-grpc)"
-		case strings.Contains(msg, "google/protobuf/descriptor.proto: File not found"):
-			return "", "protoc cannot find the well-known types: run scripts/client-deps.sh (libprotobuf-dev)"
-		}
-		t.Fatalf("generating the Python stubs: %s: %v\n%s", strings.Join(cmd.Args[:3], " "), err, b)
-	}
-	return out, ""
 }
 
 // clientLine is one JSON line a client prints.

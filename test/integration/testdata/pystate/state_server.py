@@ -10,8 +10,8 @@ contract names (STALE_REVISION, LIMIT_EXCEEDED) travel as a
 google.rpc.ErrorInfo in the grpc-status-details-bin trailer, encoded by
 hand here so that grpcio-status is not needed.
 
-Usage (the stubs come from grpc_tools.protoc; see pythonStubs in
-swap_test.go):
+Usage (the stubs come from protoc with grpc_python_plugin, or
+grpc_tools.protoc; see testenv.PythonStubs):
 
     PYTHONPATH=STUBS /usr/bin/python3 state_server.py --addr 127.0.0.1:7072
 
