@@ -66,6 +66,14 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// Probes of the host's support for Landlock and for a usable cgroup,
+// made by Check; variables only so that tests can stand in for a host
+// that lacks them.
+var (
+	landlockSupported = sandbox.Supported
+	cgroupSupported   = sandbox.CgroupSupported
+)
+
 // Backend runs invocations as confined processes.
 type Backend struct {
 	cfg Config
@@ -111,10 +119,10 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	if err := environment.Unsupported(b.Name(), spec, environment.KindProcess, environment.KindNetworkPolicy); err != nil {
 		return err
 	}
-	if err := sandbox.Supported(); err != nil {
+	if err := landlockSupported(); err != nil {
 		return fmt.Errorf("the process backend needs Landlock, which this host lacks (%v): %w", err, errs.FailedPrecondition)
 	}
-	if err := sandbox.CgroupSupported(); err != nil {
+	if err := cgroupSupported(); err != nil {
 		return fmt.Errorf("the process backend caps memory and processes with a cgroup, which this host cannot give it (%v): %w", err, errs.FailedPrecondition)
 	}
 	r := spec.GetResources()

@@ -1,0 +1,136 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/services/environment"
+)
+
+// fakeHost replaces the kernel probes for the test: nil for a probe
+// means the host supports it.
+func fakeHost(t *testing.T, landlock, cgroup error) {
+	t.Helper()
+	ll, cg := landlockSupported, cgroupSupported
+	t.Cleanup(func() { landlockSupported, cgroupSupported = ll, cg })
+	landlockSupported = func() error { return landlock }
+	cgroupSupported = func() error { return cgroup }
+}
+
+// newBackend returns a process backend whose work directory is returned
+// too. The operator binary is never started by these tests; any
+// executable will do.
+func newBackend(t *testing.T) (*Backend, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	b, err := New(Config{OperatorBinary: exe, WorkDir: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, work
+}
+
+// The specs a host without kernel support must refuse: every one the
+// process backend would otherwise run.
+func hostSpecs() map[string]*environmentv1.EnvironmentSpec {
+	return map[string]*environmentv1.EnvironmentSpec{
+		"empty spec": {},
+		"process boundary": {Isolation: []*environmentv1.IsolationBoundary{{
+			Kind: &environmentv1.IsolationBoundary_Process{Process: &environmentv1.ProcessIsolation{}}}}},
+		"restrictive spec": {
+			Isolation: []*environmentv1.IsolationBoundary{{Kind: &environmentv1.IsolationBoundary_Process{Process: &environmentv1.ProcessIsolation{}}}},
+			Resources: &environmentv1.ResourceLimits{Memory: proto.String("256Mi"), MaxProcesses: proto.Uint32(64)},
+			Network:   &environmentv1.NetworkPolicy{DefaultAction: environmentv1.NetworkAction_NETWORK_ACTION_DENY},
+		},
+	}
+}
+
+// refuses checks that Check refuses every host spec, and that a server
+// with this backend answers Run with FAILED_PRECONDITION saying says,
+// having provisioned nothing.
+func refuses(t *testing.T, says ...string) {
+	t.Helper()
+	b, work := newBackend(t)
+	s, err := environment.NewServer(environment.Config{Backends: []environment.Backend{b}, Default: "process", Process: "process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range hostSpecs() {
+		err := b.Check(spec)
+		if errs.Code(err) != codes.FailedPrecondition {
+			t.Errorf("%s: Check = %v, want FAILED_PRECONDITION", name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err = s.Run(ctx, &environmentv1.RunRequest{Input: &operatorv1.OperatorInput{Message: content.Text("hi")}, Spec: spec})
+		cancel()
+		if errs.Code(err) != codes.FailedPrecondition {
+			t.Errorf("%s: Run = %v, want FAILED_PRECONDITION", name, err)
+			continue
+		}
+		for _, w := range says {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", name, err.Error(), w)
+			}
+		}
+	}
+	if left, _ := os.ReadDir(work); len(left) > 0 {
+		t.Errorf("a refused spec provisioned %v in the work directory", left)
+	}
+}
+
+func TestCheckRefusesHostWithoutLandlock(t *testing.T) {
+	fakeHost(t, fmt.Errorf("%w: Landlock is not available (test host)", sandbox.ErrUnsupported), nil)
+	refuses(t, "the process backend needs Landlock, which this host lacks", "test host")
+}
+
+func TestCheckRefusesHostWithoutCgroup(t *testing.T) {
+	fakeHost(t, nil, fmt.Errorf("%w: no writable cgroup v2 hierarchy (test host)", sandbox.ErrUnsupported))
+	refuses(t, "caps memory and processes with a cgroup, which this host cannot give it", "test host")
+}
+
+// Landlock is probed first: a host lacking both is told about Landlock.
+func TestCheckRefusesHostWithoutEither(t *testing.T) {
+	fakeHost(t, fmt.Errorf("no landlock (test host)"), fmt.Errorf("no cgroup (test host)"))
+	refuses(t, "needs Landlock", "no landlock (test host)")
+}
+
+// With both probes passing, the same specs are accepted: the refusals
+// above come from the probes alone.
+func TestCheckAcceptsHostWithSupport(t *testing.T) {
+	fakeHost(t, nil, nil)
+	b, _ := newBackend(t)
+	for name, spec := range hostSpecs() {
+		if err := b.Check(spec); err != nil {
+			t.Errorf("%s: Check = %v, want nil on a host with Landlock and a cgroup", name, err)
+		}
+	}
+}
+
+// In production the probes are the sandbox's own.
+func TestProbesAreTheSandboxes(t *testing.T) {
+	for name, pair := range map[string][2]any{
+		"landlock": {landlockSupported, sandbox.Supported},
+		"cgroup":   {cgroupSupported, sandbox.CgroupSupported},
+	} {
+		if reflect.ValueOf(pair[0]).Pointer() != reflect.ValueOf(pair[1]).Pointer() {
+			t.Errorf("the %s probe is not the sandbox's", name)
+		}
+	}
+}
