@@ -49,7 +49,9 @@ func TestInMemoryBodies(t *testing.T) {
 		}
 		// net/http writes headers and body in one write only for these
 		// types (in io.NopCloser); anything else gets a separate write.
-		if _, ok := rec.got.Body.(interface{ WriteTo(io.Writer) (int64, error) }); !ok {
+		if _, ok := rec.got.Body.(interface {
+			WriteTo(io.Writer) (int64, error)
+		}); !ok {
 			t.Fatalf("sent body is %T, want io.NopCloser of a *bytes.Reader", rec.got.Body)
 		}
 		b, _ := io.ReadAll(rec.got.Body)
