@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -43,6 +42,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -79,7 +79,7 @@ var plannerSteps = []struct{ agent, trigger, key string }{
 }
 
 func TestCrashRecovery(t *testing.T) {
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	h := newHarness(t, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)
@@ -139,7 +139,7 @@ func TestCrashRecovery(t *testing.T) {
 }
 
 func TestSignalsAcrossCrash(t *testing.T) {
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	testSignalsAcrossCrash(t, newHarness(t, seed), rand.New(rand.NewPCG(seed, 0x5eed)))
 }
 
@@ -627,7 +627,7 @@ type harness struct {
 func newHarness(t *testing.T, seed uint64) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{t: t, bin: buildOrchestrator(t), backend: []string{"--data-dir", filepath.Join(dir, "data")}, logDir: dir}
+	h := &harness{t: t, bin: testenv.BuildStatic(t, "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator"), backend: []string{"--data-dir", filepath.Join(dir, "data")}, logDir: dir}
 	h.state = &countingState{StateServiceServer: state.NewServer(state.NewMemory()), writes: map[memKey][]stateWrite{}}
 	h.stateAddr = serveInProcess(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) },
 		grpcserver.WithServerOptions(grpc.StatsHandler(&h.state.conns)))
@@ -1187,42 +1187,6 @@ func (p *orchProc) resumed() int {
 		}
 	}
 	return 0
-}
-
-// crashSeed returns NEURON_CRASH_SEED, or a seed from the test name and
-// the time; it is logged so a failing run can be replayed.
-func crashSeed(t *testing.T) uint64 {
-	if s := os.Getenv("NEURON_CRASH_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("NEURON_CRASH_SEED: %v", err)
-		}
-		t.Logf("seed %d (from NEURON_CRASH_SEED)", seed)
-		return seed
-	}
-	h := fnv.New64a()
-	h.Write([]byte(t.Name()))
-	seed := h.Sum64() ^ uint64(time.Now().UnixNano())
-	t.Logf("seed %d (replay with NEURON_CRASH_SEED=%d)", seed, seed)
-	return seed
-}
-
-// buildOrchestrator builds this package's binary into a temporary
-// directory.
-func buildOrchestrator(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("the crash test builds the real binary and needs the go command on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "orchestrator")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func freeAddr(t *testing.T) string {

@@ -79,7 +79,7 @@ func TestTemporalWorkerKilledTwice(t *testing.T) { testTemporalKills(t, 2) }
 // Temporal: the listener starts on A, gets half its signals through A,
 // and the rest (and retries of A's) through B after A's SIGKILL.
 func TestTemporalSignalsAcrossWorkers(t *testing.T) {
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	h := newTemporalHarness(t, seed)
 	testSignalsAcrossCrash(t, h.harness, rand.New(rand.NewPCG(seed, 0x5eed)))
 	h.failOnBugs(t)
@@ -90,7 +90,7 @@ func TestTemporalSignalsAcrossWorkers(t *testing.T) {
 // effect is applied again by B under the same idempotency key, which the
 // State service answers as a replay, and no operator call is repeated.
 func TestTemporalWorkerKilledInEffect(t *testing.T) {
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	h := newTemporalHarness(t, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)
 	defer cancel()
@@ -306,7 +306,7 @@ func (h *temporalHarness) unstick(ctx context.Context, p *orchProc, effects []he
 // workflows and is SIGKILLed with an operator call in flight; the last
 // finishes them all.
 func testTemporalKills(t *testing.T, kills int) {
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	h := newTemporalHarness(t, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)

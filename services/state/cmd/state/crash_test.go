@@ -7,14 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +32,7 @@ import (
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/pkg/testenv"
 )
 
 // The crash test runs the real state binary, SIGKILLs it at random
@@ -55,11 +54,11 @@ const (
 var crashScopes = []*typesv1.Scope{scope.Session("crash"), scope.Workflow("crash")}
 
 func TestCrashRecovery(t *testing.T) {
-	bin := buildState(t)
+	bin := testenv.BuildStatic(t, "github.com/secbear/neuron/services/state/cmd/state")
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)
 	defer cancel()
 
-	seed := crashSeed(t)
+	seed := testenv.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	dataDir := filepath.Join(t.TempDir(), "data")
 	dbPath := filepath.Join(dataDir, "state.db")
@@ -156,41 +155,6 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	srv.terminate(t)
 	checkBolt(t, dbPath)
-}
-
-// crashSeed returns NEURON_CRASH_SEED, or a seed from the test name and
-// the time; it is logged so a failing run can be replayed.
-func crashSeed(t *testing.T) uint64 {
-	if s := os.Getenv("NEURON_CRASH_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("NEURON_CRASH_SEED: %v", err)
-		}
-		t.Logf("seed %d (from NEURON_CRASH_SEED)", seed)
-		return seed
-	}
-	h := fnv.New64a()
-	h.Write([]byte(t.Name()))
-	seed := h.Sum64() ^ uint64(time.Now().UnixNano())
-	t.Logf("seed %d (replay with NEURON_CRASH_SEED=%d)", seed, seed)
-	return seed
-}
-
-// buildState builds this package's binary into a temporary directory.
-func buildState(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("the crash test builds the real binary and needs the go command on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func freeAddr(t *testing.T) string {

@@ -49,7 +49,7 @@ const (
 // stop cleanly on SIGTERM.
 func TestPostgresProcessesNoLostUpdate(t *testing.T) {
 	dsn := testenv.Postgres(t) // skips when PostgreSQL cannot start here
-	bin := buildState(t)
+	bin := testenv.BuildStatic(t, "github.com/secbear/neuron/services/state/cmd/state")
 	ctx, cancel := context.WithTimeout(context.Background(), pgBudget)
 	defer cancel()
 
