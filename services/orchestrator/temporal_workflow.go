@@ -522,11 +522,15 @@ func (w *tw) step(f twFrame, plan stepPlan) (*stepOut, string, error, error) {
 		if w.ctx.Err() != nil {
 			return nil, id, nil, w.ctx.Err()
 		}
+		fl := activityFailure(err)
+		// Past the caller's deadline, the call ends either by Temporal's
+		// schedule-to-close timeout or by the operator call's own
+		// DEADLINE_EXCEEDED, whichever the worker sees first.
 		var timeout *temporal.TimeoutError
-		if errors.As(err, &timeout) && !w.in.Deadline.IsZero() && !workflow.Now(w.ctx).Before(w.in.Deadline) {
+		if !w.in.Deadline.IsZero() && !workflow.Now(w.ctx).Before(w.in.Deadline) &&
+			(errors.As(err, &timeout) || fl.Code == int32(errs.Code(errs.DeadlineExceeded))) {
 			return nil, id, nil, w.deadlineErr(st)
 		}
-		fl := activityFailure(err)
 		st.State, st.Error = "failed", fl.Message
 		return nil, id, nil, &agentError{agent: f.agent, err: fl.err()}
 	}
