@@ -90,26 +90,30 @@ func TestCgroupCPUQuota(t *testing.T) {
 }
 
 // Files appear, read-only, at their absolute paths in the child's own
-// mount namespace, and nowhere on the host.
+// root, and nowhere on the host.
 func TestFiles(t *testing.T) {
 	requireLandlock(t)
 	p := policy(t)
-	p.Namespaces = sandbox.Namespaces{User: true}
+	p.Namespaces = sandbox.Namespaces{User: true, Mount: true}
 	p.Files = []sandbox.File{
 		{Path: "/run/neuron-sandbox-test/secrets/token", Data: []byte("tok-123")},
 		{Path: "/run/neuron-sandbox-test/other", Data: []byte("two")},
+		{Path: "/etc/neuron-sandbox-test-token", Data: []byte("three")},
 	}
-	res := sh(t, p, `cat /run/neuron-sandbox-test/secrets/token; echo; cat /run/neuron-sandbox-test/other; echo; echo x > /run/neuron-sandbox-test/other && echo WROTE; ls /run | wc -l`)
-	if !strings.HasPrefix(string(res.Stdout), "tok-123\ntwo\n") || strings.Contains(string(res.Stdout), "WROTE") {
+	res := sh(t, p, `cat /run/neuron-sandbox-test/secrets/token; echo; cat /run/neuron-sandbox-test/other; echo; cat /etc/neuron-sandbox-test-token; echo; echo x > /run/neuron-sandbox-test/other && echo WROTE`)
+	if string(res.Stdout) != "tok-123\ntwo\nthree\n" {
 		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
-	if _, err := os.Stat("/run/neuron-sandbox-test"); err == nil {
-		t.Error("the file leaked onto the host")
+	for _, leaked := range []string{"/run/neuron-sandbox-test", "/etc/neuron-sandbox-test-token"} {
+		if _, err := os.Stat(leaked); err == nil {
+			t.Errorf("%s leaked onto the host", leaked)
+		}
 	}
 	for _, bad := range []struct{ path, says string }{
-		{"/etc/passwd", "exists on the host"},
-		{"/neuron-no-such-top/x", "cover /"},
+		{"/etc/passwd", "granted"},
 		{"/usr/share/neuron-no-such/x", "granted"},
+		{p.Workspace + "/token", "granted"},
+		{"/", "absolute"},
 		{"relative/x", "absolute"},
 	} {
 		q := p
@@ -120,8 +124,8 @@ func TestFiles(t *testing.T) {
 		}
 	}
 	q := p
-	q.Namespaces = sandbox.Namespaces{}
+	q.Namespaces = sandbox.Namespaces{User: true}
 	if _, err := sandbox.Run(t.Context(), q, []string{"/bin/true"}, nil); !errors.Is(err, sandbox.ErrFilePlacement) {
-		t.Errorf("files without a user namespace: %v", err)
+		t.Errorf("files without a private root: %v", err)
 	}
 }

@@ -1,9 +1,15 @@
 // Package sandbox runs one subprocess confined by the Linux kernel: a
 // Landlock filesystem ruleset (a read-write workspace plus read-only
-// system paths, nothing else), an environment given in full by the caller
-// (nothing is inherited), resource limits, a wall-clock timeout that kills
-// the whole process group, capped output capture and, optionally, fresh
-// user, pid, network, IPC and UTS namespaces.
+// system paths, nothing else), a seccomp filter (no new namespaces, no
+// raw, packet or netlink sockets, no mount, ptrace, bpf, keyctl,
+// perf_event_open, userfaultfd, io_uring, ...; see seccomp_linux.go), no
+// inherited descriptor above stderr, an environment given in full by the
+// caller (nothing is inherited), resource limits, a wall-clock timeout
+// that kills the whole process group, capped output capture and,
+// optionally, fresh user, pid, network, IPC and UTS namespaces, a private
+// root holding only what is granted (Namespaces.Mount: no host socket,
+// /proc, /sys or /run exists for the child) and an unprivileged identity
+// of its own (RunAs).
 //
 // # Trampoline
 //
@@ -63,9 +69,16 @@
 // # What the sandbox does not cover
 //
 // With the Landlock ABI of Linux 6.18 (ABI 7), connect(2) on pathname UNIX
-// sockets is not restricted (ABI 9 adds that), UDP is not restricted by
-// RestrictNetwork (ABI 10), and RLIMIT_NPROC is ignored for root. Use
-// Namespaces.Net for real network isolation and Namespaces.PID to bound
-// the process tree. /proc is not granted by default: as root it would let
-// the child read every process's environment, including the server's.
+// sockets is not restricted by Landlock (ABI 9 adds that, and is used
+// where the kernel has it): use Namespaces.Mount, in whose root no socket
+// of the host exists unless granted. UDP is not restricted by
+// RestrictNetwork (ABI 10), and RLIMIT_NPROC is ignored for root (use
+// RunAs). Use Namespaces.Net for real network isolation and
+// Namespaces.PID to bound the process tree. /proc is not granted by
+// default: as root it would let the child read every process's
+// environment, including the server's. A sandbox started inside another
+// one (the operator's bash tool inside the environment's sandbox) cannot
+// create namespaces (the outer filter refuses them): it runs with none,
+// under the outer sandbox's, and adds its own Landlock ruleset, filter
+// and limits.
 package sandbox

@@ -44,17 +44,19 @@ const (
 	// rightsRead lets the child read, list and execute.
 	rightsRead = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
 	// rightsWrite is every write right except creating device nodes (a
-	// block device in the workspace would expose a raw disk), ioctl on
-	// devices and connecting to UNIX sockets bound outside the sandbox.
+	// block device in the workspace would expose a raw disk) and ioctl
+	// on devices. It includes connecting to the UNIX sockets beneath a
+	// write grant (ABI 9): sockets elsewhere, read-only system paths
+	// included, are refused.
 	rightsWrite = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
 		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
 		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
 		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SYM |
-		unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE
+		unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE | accessFSResolveUnix
 	// rightsFile are the rights the kernel accepts on a non-directory.
 	rightsFile = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
 		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE |
-		unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+		unix.LANDLOCK_ACCESS_FS_IOCTL_DEV | accessFSResolveUnix
 )
 
 // landlockABI returns the kernel's Landlock ABI version.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -68,16 +69,24 @@ type Policy struct {
 	// Namespaces puts the child in new Linux namespaces.
 	Namespaces Namespaces
 
-	// Files are placed read-only (mode 0400) at absolute paths that
-	// only the child sees, for credentials a program expects in a file.
-	// They need a private mount namespace (Namespaces.User, which Run
-	// then pairs with a new mount namespace): the deepest existing
-	// ancestor directory of each path gets a fresh tmpfs in the child's
-	// namespace, so that directory's host contents are hidden from the
-	// child. Run refuses a path whose ancestor is "/" or holds, or lies
-	// under, a path the child is granted (hiding it would break the
-	// child), and a path that exists on the host.
+	// Files are placed read-only (mode 0400, owned by the child) at
+	// absolute paths that only the child sees, for credentials a program
+	// expects in a file. They need Namespaces.Mount: they are written
+	// into the child's private root, never on the host. Run refuses a
+	// path that is, holds or lies under a granted path (writing it would
+	// reach the host's file), and a path given twice.
 	Files []File
+
+	// RunAs runs the child as this uid and gid on the host, with no
+	// supplementary groups, instead of the caller's: an identity that
+	// owns nothing on the host, so that what the mount namespace and
+	// Landlock let it see it can still only use by its mode bits. The
+	// caller must be root (it sets up the namespaces as root and then
+	// switches), must not set Namespaces.User, and must make the
+	// workspace and ReadWrite paths writable by it (Run does so for the
+	// PrivateTmp directory and for Files). RLIMIT_NPROC, ignored for
+	// root, then applies: pick an identity per run for a per-run count.
+	RunAs *IDs
 
 	// Cgroup, when set, puts the whole process tree in a fresh control
 	// group with these limits (see Cgroup). Run fails with an error
@@ -166,6 +175,11 @@ type CgroupStats struct {
 	CPUThrottled int64
 }
 
+// IDs are a host uid and gid.
+type IDs struct {
+	UID, GID uint32
+}
+
 // File is a file placed in the child's private view of the filesystem.
 type File struct {
 	// Path is where the child finds it, absolute.
@@ -191,6 +205,17 @@ type Namespaces struct {
 	IPC bool
 	// UTS gives the child its own hostname and domain name.
 	UTS bool
+	// Mount gives the child a private mount namespace whose root is a
+	// fresh, read-only tmpfs holding only what the policy grants: each
+	// granted path (the defaults, ReadOnly, ReadWrite, the workspace,
+	// the private tmp directory) bind-mounted at its own path, read-only
+	// unless granted for writing, nosuid, and nodev outside /dev; and
+	// Files. Nothing else of the host exists for the child: no /proc,
+	// no /sys, no /run, no home directories, and no Unix socket but
+	// those granted by path (so a socket beside the workspace, such as
+	// an egress or state socket, is reachable only when listed in
+	// ReadWrite). It needs root, or User.
+	Mount bool
 }
 
 // defaultReadOnly are the paths every sandboxed process may read and
@@ -222,6 +247,10 @@ func DefaultEnv(workspace string) []string {
 		"LANG=C.UTF-8",
 	}
 }
+
+// ErrFilePlacement is wrapped by the errors of Run when a Policy.Files
+// path cannot be placed (see Policy.Files).
+var ErrFilePlacement = errors.New("sandbox: cannot place the file")
 
 // markerEnv marks a trampoline invocation of the binary; see Main.
 const (
@@ -275,6 +304,19 @@ func (p Policy) validate(argv []string) (Policy, error) {
 	}
 	if p.Timeout < 0 {
 		return p, fmt.Errorf("sandbox: negative Timeout %v", p.Timeout)
+	}
+	if p.RunAs != nil {
+		switch {
+		case p.RunAs.UID == 0 || p.RunAs.GID == 0:
+			return p, errors.New("sandbox: RunAs must name a non-root uid and gid")
+		case p.Namespaces.User:
+			return p, errors.New("sandbox: RunAs and Namespaces.User exclude each other (with a user namespace the child runs as the caller's uid)")
+		case os.Geteuid() != 0:
+			return p, errors.New("sandbox: RunAs needs a root caller")
+		}
+	}
+	if len(p.Files) > 0 && !p.Namespaces.Mount {
+		return p, fmt.Errorf("%w: Policy.Files needs Namespaces.Mount (a private root)", ErrFilePlacement)
 	}
 	return p, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -99,87 +98,65 @@ func Run(ctx context.Context, p Policy, argv []string, stdin io.Reader) (*Result
 			return nil, fmt.Errorf("sandbox: private tmp: %w", err)
 		}
 		defer os.RemoveAll(dir)
+		if p.RunAs != nil {
+			if err := os.Chown(dir, int(p.RunAs.UID), int(p.RunAs.GID)); err != nil {
+				return nil, fmt.Errorf("sandbox: private tmp: %w", err)
+			}
+		}
 		grants = append(grants, grant{Path: dir, Write: true})
 		p.Env = setEnv(p.Env, "TMPDIR", dir)
 	}
-	mounts, err := p.fileMounts(grants)
-	if err != nil {
+	if err := p.checkFiles(grants); err != nil {
 		return nil, err
 	}
-	for _, f := range p.Files {
-		grants = append(grants, grant{Path: filepath.Clean(f.Path)})
-	}
 	cfg := childConfig{
-		Mounts:          mounts,
 		Files:           p.Files,
 		Argv:            argv,
 		Env:             p.Env,
+		Dir:             p.Dir,
 		Grants:          grants,
 		Limits:          p.Limits,
 		Confine:         confined,
 		RestrictNetwork: p.RestrictNetwork && confined,
+		RunAs:           p.RunAs,
+	}
+	if p.Namespaces.Mount {
+		// The mount point of the child's new root: an empty directory
+		// of the caller's, covered by a tmpfs in the child's namespace
+		// only, removed after the run.
+		root, err := os.MkdirTemp("", "sandbox-root-")
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		defer os.Remove(root)
+		cfg.Root = root
+	}
+	for _, f := range p.Files {
+		cfg.Grants = append(cfg.Grants, grant{Path: filepath.Clean(f.Path)})
 	}
 	return run(ctx, p, cfg, stdin)
 }
 
-// ErrFilePlacement is wrapped by the errors of Run when a Policy.Files
-// path cannot be placed (see Policy.Files).
-var ErrFilePlacement = errors.New("sandbox: cannot place the file")
-
-// fileMounts returns the directories that get a tmpfs for p.Files: for
-// each file the deepest ancestor that exists on the host, keeping only
-// the outermost of nested ones. See Policy.Files for what is refused.
-func (p Policy) fileMounts(grants []grant) ([]string, error) {
-	if len(p.Files) == 0 {
-		return nil, nil
-	}
-	if !p.Namespaces.User {
-		return nil, fmt.Errorf("%w: Policy.Files needs Namespaces.User (a private mount namespace)", ErrFilePlacement)
-	}
-	var mounts []string
+// checkFiles refuses Files that are not absolute, are given twice, or
+// would be written into (or over) a granted path, which is the host's.
+func (p Policy) checkFiles(grants []grant) error {
 	seen := map[string]bool{}
 	for _, f := range p.Files {
 		path := filepath.Clean(f.Path)
 		if !filepath.IsAbs(f.Path) || path == "/" {
-			return nil, fmt.Errorf("%w: %q is not an absolute file path", ErrFilePlacement, f.Path)
+			return fmt.Errorf("%w: %q is not an absolute file path", ErrFilePlacement, f.Path)
 		}
 		if seen[path] {
-			return nil, fmt.Errorf("%w: %s is given twice", ErrFilePlacement, path)
+			return fmt.Errorf("%w: %s is given twice", ErrFilePlacement, path)
 		}
 		seen[path] = true
-		if _, err := os.Lstat(path); err == nil {
-			return nil, fmt.Errorf("%w: %s exists on the host; only new paths can be placed", ErrFilePlacement, path)
-		}
-		dir := filepath.Dir(path)
-		for {
-			if _, err := os.Lstat(dir); err == nil {
-				break
-			}
-			dir = filepath.Dir(dir)
-		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("%w: %s: its deepest existing ancestor %s is not a directory", ErrFilePlacement, path, dir)
-		}
-		if dir == "/" {
-			return nil, fmt.Errorf("%w: %s: a tmpfs would have to cover /", ErrFilePlacement, path)
-		}
 		for _, g := range grants {
-			if within(g.Path, dir) || within(dir, g.Path) {
-				return nil, fmt.Errorf("%w: %s: covering %s with a tmpfs would hide %s, which the child is granted", ErrFilePlacement, path, dir, g.Path)
+			if within(path, g.Path) || within(g.Path, path) {
+				return fmt.Errorf("%w: %s would cover or lie in %s, which the child is granted from the host", ErrFilePlacement, path, g.Path)
 			}
 		}
-		mounts = append(mounts, dir)
 	}
-	// Keep the outermost of nested mount points.
-	slices.Sort(mounts)
-	out := mounts[:0]
-	for _, m := range mounts {
-		if len(out) > 0 && within(m, out[len(out)-1]) {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return nil
 }
 
 // within reports whether path is dir or lies beneath it.
@@ -220,7 +197,7 @@ func (p Policy) grants() ([]grant, error) {
 
 // sysProcAttr is the trampoline's process attributes: its own process
 // group, SIGKILL if the calling thread dies, and the namespaces.
-func (n Namespaces) sysProcAttr(mountNS bool) *syscall.SysProcAttr {
+func (n Namespaces) sysProcAttr() *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if n.User {
 		a.Cloneflags |= syscall.CLONE_NEWUSER
@@ -240,7 +217,7 @@ func (n Namespaces) sysProcAttr(mountNS bool) *syscall.SysProcAttr {
 	if n.UTS {
 		a.Cloneflags |= syscall.CLONE_NEWUTS
 	}
-	if mountNS {
+	if n.Mount {
 		a.Cloneflags |= syscall.CLONE_NEWNS
 	}
 	return a
@@ -281,7 +258,7 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 		Stdout:      stdout,
 		Stderr:      stderr,
 		ExtraFiles:  []*os.File{cfgR, statusW}, // configFD, statusFD
-		SysProcAttr: p.Namespaces.sysProcAttr(len(cfg.Mounts) > 0),
+		SysProcAttr: p.Namespaces.sysProcAttr(),
 		WaitDelay:   waitDelay,
 	}
 	start := time.Now()

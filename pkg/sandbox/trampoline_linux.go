@@ -29,14 +29,17 @@ const exitSetupFailed = 125
 type childConfig struct {
 	Argv            []string `json:"argv"`
 	Env             []string `json:"env"`
+	Dir             string   `json:"dir"`
 	Grants          []grant  `json:"grants"`
 	Limits          Limits   `json:"limits"`
 	Confine         bool     `json:"confine"`
 	RestrictNetwork bool     `json:"restrict_network,omitempty"`
-	// Mounts are the directories that get a private tmpfs, and Files
-	// what is written in them, before Landlock (Policy.Files).
-	Mounts []string `json:"mounts,omitempty"`
-	Files  []File   `json:"files,omitempty"`
+	// Root, with Namespaces.Mount, is the empty directory on which the
+	// child's new root is built (see newRoot); Files are written there.
+	Root  string `json:"root,omitempty"`
+	Files []File `json:"files,omitempty"`
+	// RunAs is the identity the target runs as (Policy.RunAs).
+	RunAs *IDs `json:"run_as,omitempty"`
 }
 
 // mainCalled records that Main ran (and was not a trampoline); Run
@@ -56,10 +59,13 @@ func Main() {
 	trampoline()
 }
 
-// trampoline runs in the child: limits, no_new_privs, Landlock, no
-// capabilities, then execve with exactly the policy's environment. All
-// of it happens on one locked OS thread, the one that calls execve, so
-// the per-thread attributes (no_new_privs, capabilities) carry over.
+// trampoline runs in the child: the private root (Namespaces.Mount),
+// Landlock, no capabilities, the identity switch (RunAs),
+// no_new_privs, limits, close-on-exec for every inherited descriptor,
+// the seccomp filter, then execve with exactly the policy's environment.
+// All of it happens on one locked OS thread, the one that calls execve,
+// so the per-thread attributes (credentials, no_new_privs, Landlock,
+// seccomp) carry over.
 func trampoline() {
 	runtime.LockOSThread()
 	// Started by hand with the marker set, fds 3 and 4 are not our
@@ -91,26 +97,49 @@ func trampoline() {
 		fail("empty argv")
 	}
 
-	if err := placeFiles(c.Mounts, c.Files); err != nil {
-		fail("placing files: %v", err)
+	if c.Root != "" {
+		if err := newRoot(c); err != nil {
+			fail("building the private root: %v", err)
+		}
+	}
+	path, err := lookPath(c.Argv[0], c.Env)
+	if err != nil {
+		fail("%v", err)
 	}
 	if c.Confine {
 		if err := confine(c.Grants, c.RestrictNetwork); err != nil {
 			fail("landlock: %v", err)
 		}
 	}
+	// Capabilities go in two steps around the identity switch: the
+	// bounding set needs CAP_SETPCAP, the switch CAP_SETUID/SETGID.
+	if err := dropBoundingSet(); err != nil {
+		fail("%v", err)
+	}
+	if c.RunAs != nil {
+		if err := switchIDs(*c.RunAs); err != nil {
+			fail("%v", err)
+		}
+	}
+	if err := clearCapabilities(); err != nil {
+		fail("%v", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fail("prctl(PR_SET_NO_NEW_PRIVS): %v", err)
-	}
-	path, err := lookPath(c.Argv[0], c.Env)
-	if err != nil {
-		fail("%v", err)
 	}
 	if err := setLimits(c.Limits); err != nil {
 		fail("%v", err)
 	}
-	if err := dropCapabilities(); err != nil {
-		fail("%v", err)
+	// Descriptors the caller's process inherited without close-on-exec
+	// (a server started with an fd open on a secret) must not reach the
+	// target: mark every descriptor above stderr close-on-exec. The
+	// status pipe already is, so a failure below still reports.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fail("close_range: %v", err)
+	}
+	// Last, so that the setup above is not subject to it.
+	if err := installSeccomp(); err != nil {
+		fail("seccomp: %v", err)
 	}
 	err = syscall.Exec(path, c.Argv, c.Env)
 	fail("exec %s: %v", c.Argv[0], err)
@@ -140,25 +169,30 @@ func setLimits(l Limits) error {
 	)
 }
 
-// dropCapabilities empties the bounding, ambient, inheritable, permitted
-// and effective capability sets of the calling thread, so that the
-// target, even when it runs as uid 0, has no capabilities (no module
-// loading, raw sockets, network reconfiguration, DAC override, ...).
-// Without CAP_SETPCAP (an unprivileged caller) the bounding set cannot
-// be changed, but then there is nothing to drop either.
-func dropCapabilities() error {
+// dropBoundingSet empties the bounding set, so that nothing the target
+// executes can gain a capability. Without CAP_SETPCAP (an unprivileged
+// caller) it cannot be changed, but then there is nothing to drop.
+func dropBoundingSet() error {
 	for c := 0; c <= 63; c++ {
 		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
 		if errors.Is(err, unix.EINVAL) {
-			break // past the last capability the kernel knows
+			return nil // past the last capability the kernel knows
 		}
 		if errors.Is(err, unix.EPERM) {
-			break // no CAP_SETPCAP
+			return nil // no CAP_SETPCAP
 		}
 		if err != nil {
 			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %v", c, err)
 		}
 	}
+	return nil
+}
+
+// clearCapabilities empties the ambient, inheritable, permitted and
+// effective sets of the calling thread, so that the target, even when
+// it runs as uid 0, has no capabilities (no module loading, raw
+// sockets, network reconfiguration, DAC override, ...).
+func clearCapabilities() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %v", err)
 	}
@@ -166,6 +200,24 @@ func dropCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %v", err)
+	}
+	return nil
+}
+
+// switchIDs makes the calling thread, which execve then carries over,
+// run as ids with no supplementary groups. Raw system calls, because
+// the Go runtime's setuid family changes every thread, and only this
+// one matters. Leaving uid 0 clears the permitted and effective
+// capability sets.
+func switchIDs(ids IDs) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %v", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(ids.GID), uintptr(ids.GID), uintptr(ids.GID)); e != 0 {
+		return fmt.Errorf("setresgid(%d): %v", ids.GID, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(ids.UID), uintptr(ids.UID), uintptr(ids.UID)); e != 0 {
+		return fmt.Errorf("setresuid(%d): %v", ids.UID, e)
 	}
 	return nil
 }
@@ -192,30 +244,4 @@ func lookPath(file string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("exec %s: executable file not found in PATH %q", file, path)
-}
-
-// placeFiles mounts a tmpfs on each of mounts, in the child's private
-// mount namespace (made private first, so nothing propagates to the
-// host), and writes files there, read-only to their owner.
-func placeFiles(mounts []string, files []File) error {
-	if len(mounts) == 0 {
-		return nil
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making the mount namespace private: %v", err)
-	}
-	for _, m := range mounts {
-		if err := unix.Mount("tmpfs", m, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=4m"); err != nil {
-			return fmt.Errorf("mounting a tmpfs on %s: %v", m, err)
-		}
-	}
-	for _, f := range files {
-		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.Path, f.Data, 0o400); err != nil {
-			return err
-		}
-	}
-	return nil
 }
