@@ -85,9 +85,31 @@ type Config struct {
 	// Runtime is the OCI runtime enforcing the gvisor boundary (e.g.
 	// "runsc"); "" refuses gvisor specs.
 	Runtime string
+	// DefaultLimits fill in each zero CPU, memory, process, disk and
+	// output limit of an invocation (whose limits are the spec's, else
+	// the service's defaults), so that no container runs unbounded. A
+	// zero field here takes the package default: DefaultCPUMillis,
+	// DefaultMemoryBytes, DefaultMaxProcesses, DefaultDiskBytes,
+	// DefaultMaxOutputBytes. Its other fields are ignored.
+	DefaultLimits environment.Limits
 	// Log receives the backend's own diagnostics; nil discards them.
 	Log *slog.Logger
 }
+
+// The limits every container gets when neither its spec, the service's
+// defaults nor Config.DefaultLimits set one.
+const (
+	// DefaultCPUMillis is one core.
+	DefaultCPUMillis = 1000
+	// DefaultMemoryBytes is 2 GiB.
+	DefaultMemoryBytes = 2 << 30
+	// DefaultMaxProcesses bounds the container's tasks.
+	DefaultMaxProcesses = 256
+	// DefaultDiskBytes is the size of the workspace, 1 GiB.
+	DefaultDiskBytes = 1 << 30
+	// DefaultMaxOutputBytes bounds the operator's stdout, 16 MiB.
+	DefaultMaxOutputBytes = 16 << 20
+)
 
 // Backend runs invocations in containers through the Docker engine API.
 // It implements environment.Backend; it is safe for concurrent use.
@@ -99,6 +121,7 @@ type Backend struct {
 	operatorArgs []string
 	workDir      string
 	runtime      string
+	defaults     environment.Limits
 	log          *slog.Logger
 
 	// afterCreate, when set (by tests), is called with each container's
@@ -144,6 +167,25 @@ func New(cfg Config) (*Backend, error) {
 	if opPath == "" {
 		opPath = DefaultOperatorPath
 	}
+	d := cfg.DefaultLimits
+	for _, f := range []struct {
+		v   *int64
+		def int64
+	}{{&d.CPUMillis, DefaultCPUMillis}, {&d.MemoryBytes, DefaultMemoryBytes}, {&d.DiskBytes, DefaultDiskBytes}} {
+		if *f.v <= 0 {
+			*f.v = f.def
+		}
+	}
+	if d.MaxProcesses == 0 {
+		d.MaxProcesses = DefaultMaxProcesses
+	}
+	if d.MaxOutputBytes == 0 {
+		d.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if err := checkLimits(d); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker default limits: %w", err)
+	}
 	return &Backend{
 		cli:          cli,
 		host:         cli.DaemonHost(),
@@ -152,6 +194,7 @@ func New(cfg Config) (*Backend, error) {
 		operatorArgs: slices.Clone(cfg.OperatorArgs),
 		workDir:      workDir,
 		runtime:      cfg.Runtime,
+		defaults:     environment.Limits{CPUMillis: d.CPUMillis, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes, MaxProcesses: d.MaxProcesses, MaxOutputBytes: d.MaxOutputBytes},
 		log:          log.With("backend", backendName),
 	}, nil
 }
@@ -162,12 +205,15 @@ func (b *Backend) Name() string { return backendName }
 // Close releases the engine client's connections.
 func (b *Backend) Close() error { return b.cli.Close() }
 
-// Check returns nil when the backend can enforce spec, else a
-// FAILED_PRECONDITION error naming what it cannot: an isolation kind
-// other than container, network_policy and (with Config.Runtime) gvisor;
-// resources.gpu or resources.disk; a memory limit below the engine's
-// minimum; no image to run; a file credential whose path is not absolute
-// or would cover a path the backend mounts.
+// Check returns nil when the backend can enforce spec, else an error
+// naming what it cannot: FAILED_PRECONDITION for an isolation kind other
+// than container, network_policy and (with Config.Runtime) gvisor,
+// resources.gpu, a memory limit below the engine's minimum, no image to
+// run, a file credential path the backend will not mount over (see
+// checkFilePath), and an env_var credential named like a variable that
+// changes how the loader, a shell or a client behaves (see
+// environment-variable guards in guard.go); INVALID_ARGUMENT for a
+// quantity outside what the kernel and the engine accept.
 func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	supported := []string{environment.KindContainer, environment.KindNetworkPolicy}
 	if b.runtime != "" {
@@ -185,6 +231,9 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 		if err != nil {
 			return err
 		}
+		if err := checkQuantities(r, l); err != nil {
+			return err
+		}
 		if err := checkLimits(l); err != nil {
 			return err
 		}
@@ -192,25 +241,51 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	if img, _ := environment.ContainerImage(spec); img == "" && b.defaultImage == "" {
 		return fmt.Errorf("the spec's container boundary names no image and the docker backend has no default image (--default-image): %w", errs.FailedPrecondition)
 	}
-	seen := map[string]bool{}
-	for i, c := range spec.GetCredentials() {
-		f := c.GetInjection().GetFile()
-		if f == nil {
-			continue
+	creds := make([]environment.Credential, 0, len(spec.GetCredentials()))
+	for _, c := range spec.GetCredentials() {
+		creds = append(creds, environment.Credential{Name: c.GetName(), Injection: c.GetInjection()})
+	}
+	return b.checkCredentials(creds)
+}
+
+// checkCredentials refuses, with FAILED_PRECONDITION, credentials the
+// backend will not place: a file at a path checkFilePath refuses or that
+// another file credential uses, an environment variable refusedEnv
+// refuses or that another credential sets.
+func (b *Backend) checkCredentials(creds []environment.Credential) error {
+	paths, vars := map[string]bool{}, map[string]bool{}
+	for i, c := range creds {
+		switch m := c.Injection.GetMethod().(type) {
+		case *environmentv1.CredentialInjection_File:
+			p := m.File.GetPath()
+			if err := b.checkFilePath(p); err != nil {
+				return fmt.Errorf("credentials[%d] (%s): %v: %w", i, c.Name, err, errs.FailedPrecondition)
+			}
+			if paths[p] {
+				return fmt.Errorf("credentials[%d] (%s): another file credential already uses path %q: %w", i, c.Name, p, errs.FailedPrecondition)
+			}
+			paths[p] = true
+		case *environmentv1.CredentialInjection_EnvVar:
+			v := m.EnvVar.GetVarName()
+			if why := refusedEnv(v); why != "" {
+				return fmt.Errorf("credentials[%d] (%s): environment variable %q %s; the docker backend does not set it from a credential, choose another name: %w", i, c.Name, v, why, errs.FailedPrecondition)
+			}
+			if vars[v] {
+				return fmt.Errorf("credentials[%d] (%s): another credential already sets %s: %w", i, c.Name, v, errs.FailedPrecondition)
+			}
+			vars[v] = true
 		}
-		p := f.GetPath()
-		if err := b.checkFilePath(p); err != nil {
-			return fmt.Errorf("credentials[%d] (%s): %v: %w", i, c.GetName(), err, errs.FailedPrecondition)
-		}
-		if seen[p] {
-			return fmt.Errorf("credentials[%d] (%s): another file credential already uses path %q: %w", i, c.GetName(), p, errs.FailedPrecondition)
-		}
-		seen[p] = true
 	}
 	return nil
 }
 
-// checkFilePath says why a file credential cannot be mounted at p.
+// checkFilePath says why a file credential cannot be mounted at p: not
+// an absolute clean path; a path the backend mounts itself, or the
+// operator binary; a directory of the image's system (a file cannot
+// cover it, and it would hide what the operator needs); under /proc,
+// /sys or /dev, which the runtime owns; a file the engine manages
+// (/etc/hosts, /etc/hostname, /etc/resolv.conf); or a file that changes
+// how the dynamic loader behaves (/etc/ld.so.*).
 func (b *Backend) checkFilePath(p string) error {
 	if !path.IsAbs(p) {
 		return fmt.Errorf("file path %q is not absolute; the docker backend mounts the file at that path in the container", p)
@@ -218,15 +293,21 @@ func (b *Backend) checkFilePath(p string) error {
 	if path.Clean(p) != p {
 		return fmt.Errorf("file path %q is not clean (write it as %q)", p, path.Clean(p))
 	}
-	for _, reserved := range []string{"/", Workspace, "/tmp", b.operatorPath} {
+	for _, reserved := range []string{Workspace, "/tmp", b.operatorPath} {
 		if p == reserved {
 			return fmt.Errorf("file path %q would cover a path the docker backend needs", p)
 		}
 	}
-	for _, dir := range []string{EgressDir, filepath.Dir(StateSocket), "/proc", "/sys", "/dev"} {
+	if isSystemDir(p) || strings.HasPrefix(b.operatorPath, p+"/") {
+		return fmt.Errorf("file path %q would cover a system directory of the container", p)
+	}
+	for _, dir := range append([]string{EgressDir, path.Dir(StateSocket)}, runtimeDirs...) {
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			return fmt.Errorf("file path %q is under %s, which the docker backend or the runtime owns", p, dir)
 		}
+	}
+	if why := refusedFile(p); why != "" {
+		return fmt.Errorf("file path %q %s", p, why)
 	}
 	return nil
 }
@@ -236,11 +317,14 @@ func checkLimits(l environment.Limits) error {
 	if l.GPUs > 0 {
 		return fmt.Errorf("resources.gpu: the docker backend gives containers no GPUs (it configures no device requests); run GPU work on a backend that schedules GPUs: %w", errs.FailedPrecondition)
 	}
-	if l.DiskBytes > 0 {
-		return fmt.Errorf("resources.disk: the docker backend cannot bound disk use to a requested size: the workspace is an in-memory tmpfs of a fixed %s, counted against the memory limit, and the engine's storage driver has no per-container quota; drop resources.disk (bound memory instead) or use another backend: %w", workspaceSize, errs.FailedPrecondition)
-	}
 	if l.MemoryBytes > 0 && l.MemoryBytes < minMemoryBytes {
 		return fmt.Errorf("resources.memory: %d bytes is below the docker engine's minimum of %d bytes (6Mi): %w", l.MemoryBytes, minMemoryBytes, errs.FailedPrecondition)
+	}
+	if l.CPUMillis > maxCPUMillis {
+		return fmt.Errorf("resources.cpu: %dm is more CPU than the docker engine can express: %w", l.CPUMillis, errs.InvalidArgument)
+	}
+	if l.MaxProcesses > maxPIDs {
+		return fmt.Errorf("resources.max_processes: %d is above the kernel's limit of %d tasks: %w", l.MaxProcesses, maxPIDs, errs.InvalidArgument)
 	}
 	return nil
 }

@@ -89,7 +89,7 @@ func TestCheck(t *testing.T) {
 		{"microvm", Config{}, boundary(&environmentv1.IsolationBoundary{Kind: &environmentv1.IsolationBoundary_Microvm{Microvm: &environmentv1.MicroVmIsolation{}}}), codes.FailedPrecondition, []string{"microvm"}},
 		{"custom", Config{}, boundary(&environmentv1.IsolationBoundary{Kind: &environmentv1.IsolationBoundary_Custom{Custom: &environmentv1.CustomIsolation{BoundaryType: "firecracker"}}}), codes.FailedPrecondition, []string{"custom:firecracker"}},
 		{"gpu", Config{}, &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Gpu: ptr("1")}}, codes.FailedPrecondition, []string{"resources.gpu", "no GPUs"}},
-		{"disk", Config{}, &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Disk: ptr("1Gi")}}, codes.FailedPrecondition, []string{"resources.disk", "tmpfs"}},
+		{"disk", Config{}, &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Disk: ptr("1Gi")}}, codes.OK, nil},
 		{"memory below the engine's minimum", Config{}, &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Memory: ptr("1Mi")}}, codes.FailedPrecondition, []string{"resources.memory", "minimum"}},
 		{"malformed quantity", Config{}, &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Memory: ptr("lots")}}, codes.InvalidArgument, []string{"resources.memory"}},
 		{"relative file credential", Config{}, fileCred("etc/key"), codes.FailedPrecondition, []string{"credentials[0]", "not absolute"}},
@@ -166,10 +166,10 @@ func TestRunRefusesDefaultLimits(t *testing.T) {
 	defer b.Close()
 	// A service default the spec does not mention is refused like one
 	// the spec sets, before anything is provisioned.
-	inv := invocation(t, "disk", &operatorv1.OperatorInput{Message: content.Text("hi")})
-	inv.Limits.DiskBytes = 1 << 30
+	inv := invocation(t, "gpu", &operatorv1.OperatorInput{Message: content.Text("hi")})
+	inv.Limits.GPUs = 1
 	_, err = b.Run(context.Background(), inv)
-	wantCode(t, err, codes.FailedPrecondition, "resources.disk")
+	wantCode(t, err, codes.FailedPrecondition, "resources.gpu")
 }
 
 func TestBuildContext(t *testing.T) {
@@ -581,8 +581,8 @@ func TestBackend(t *testing.T) {
 			t.Fatalf("network mode %q with egress, want none", c.HostConfig.NetworkMode)
 		}
 		ms := c.HostConfig.Mounts
-		if len(ms) != 1 || ms[0].Type != mount.TypeBind || ms[0].Target != "/run/neuron" || ms[0].Source != filepath.Dir(sockPath) || !ms[0].ReadOnly {
-			t.Fatalf("mounts %+v, want %s read-only at /run/neuron", ms, filepath.Dir(sockPath))
+		if len(ms) != 1 || ms[0].Type != mount.TypeBind || ms[0].Target != EgressSocket || ms[0].Source != sockPath || !ms[0].ReadOnly {
+			t.Fatalf("mounts %+v, want the socket %s alone read-only at %s", ms, sockPath, EgressSocket)
 		}
 		clean(t)
 	})

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -23,12 +24,16 @@ import (
 	"github.com/secbear/neuron/services/environment"
 )
 
-// Sizes of the container's tmpfs mounts. They count against the memory
-// limit.
+// Sizes of the container's fixed tmpfs mounts, in bytes; the workspace's
+// is the invocation's disk limit. All count against the memory limit.
 const (
-	workspaceSize = "256m"
-	tmpSize       = "64m"
+	tmpSize = 64 << 20
+	shmSize = 64 << 20
 )
+
+// maxOutputBytes bounds the operator's stdout held in memory whatever
+// the limits say (the process backend's bound too).
+const maxOutputBytes = 1 << 30
 
 // maxLogBytes bounds the stderr kept as Result.Logs (its end is kept).
 const maxLogBytes = 1 << 20
@@ -61,20 +66,21 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	if err := b.Check(inv.Spec); err != nil {
 		return nil, err
 	}
-	// The service's defaults may set what the spec did not.
-	if err := checkLimits(inv.Limits); err != nil {
+	// The service's defaults may set what the spec did not, and the
+	// backend's own fill in what neither set.
+	lim := b.limits(inv.Limits)
+	if err := checkLimits(lim); err != nil {
 		return nil, err
 	}
+	if err := b.checkCredentials(inv.Credentials); err != nil {
+		return nil, err
+	}
+	withLimits := *inv
+	withLimits.Limits = lim
+	inv = &withLimits
 	log := inv.Log
 	if log == nil {
 		log = b.log.With("invocation", inv.ID)
-	}
-	for _, c := range inv.Credentials {
-		if f := c.Injection.GetFile(); f != nil {
-			if err := b.checkFilePath(f.GetPath()); err != nil {
-				return nil, fmt.Errorf("credential %s: %v: %w", c.Name, err, errs.FailedPrecondition)
-			}
-		}
 	}
 
 	dir, err := os.MkdirTemp(b.workDir, invDirPattern)
@@ -132,17 +138,27 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			OpenStdin:    true,
 			StdinOnce:    true,
 			Labels:       map[string]string{LabelInvocation: inv.ID},
+			// An image's HEALTHCHECK would run commands in the
+			// container that the backend never asked for.
+			Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    "none",
 			ReadonlyRootfs: true,
+			// The only writable places, each of a fixed size: the
+			// workspace holds at most the disk limit.
 			Tmpfs: map[string]string{
-				Workspace: "rw,nosuid,nodev,size=" + workspaceSize + ",mode=1777",
-				"/tmp":    "rw,nosuid,nodev,size=" + tmpSize + ",mode=1777",
+				Workspace: tmpfsOptions(inv.Limits.DiskBytes),
+				"/tmp":    tmpfsOptions(tmpSize),
 			},
+			ShmSize:     shmSize,
 			Mounts:      mounts,
+			Privileged:  false,
 			CapDrop:     []string{"ALL"},
 			SecurityOpt: []string{"no-new-privileges"},
+			// Namespaces of its own, whatever the engine's defaults.
+			IpcMode:      container.IPCModePrivate,
+			CgroupnsMode: container.CgroupnsModePrivate,
 			// Output travels over the attach stream only; the engine
 			// keeps no copy of it.
 			LogConfig: container.LogConfig{Type: "none"},
@@ -161,6 +177,9 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		// E.g. a kernel without swap accounting, where the swap limit
 		// is not enforced.
 		log.Warn("the docker engine warned about the container", "warning", w)
+	}
+	if err := b.verify(ctx, created.ID, image, mounts); err != nil {
+		return nil, err
 	}
 	if b.afterCreate != nil {
 		b.afterCreate(ctx, created.ID)
@@ -271,6 +290,94 @@ func (b *Backend) run(ctx context.Context, inv *environment.Invocation, id strin
 	return &environment.Result{Output: out, Usage: usage, Logs: logs}, nil
 }
 
+// limits returns l with the backend's defaults in each zero (or, from an
+// overflowing quantity, negative) CPU, memory, process, disk and output
+// limit, and the output limit at most maxOutputBytes.
+func (b *Backend) limits(l environment.Limits) environment.Limits {
+	if l.CPUMillis <= 0 {
+		l.CPUMillis = b.defaults.CPUMillis
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = b.defaults.MemoryBytes
+	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = b.defaults.DiskBytes
+	}
+	if l.MaxProcesses == 0 {
+		l.MaxProcesses = b.defaults.MaxProcesses
+	}
+	if l.MaxOutputBytes == 0 {
+		l.MaxOutputBytes = b.defaults.MaxOutputBytes
+	}
+	l.MaxOutputBytes = min(l.MaxOutputBytes, maxOutputBytes)
+	return l
+}
+
+// tmpfsOptions are the options of a writable tmpfs of size bytes.
+func tmpfsOptions(size int64) string {
+	return "rw,nosuid,nodev,size=" + strconv.FormatInt(size, 10) + ",mode=1777"
+}
+
+// verify inspects the created container and refuses to start it, with
+// FAILED_PRECONDITION, when the engine gave it more than the backend
+// asked for: a volume (an image's VOLUME is a writable directory on the
+// host's disk, beside the read-only root and outside the disk limit), a
+// mount the backend did not make or made read-only, or a host
+// namespace, privileges or capabilities from the engine's defaults.
+func (b *Backend) verify(ctx context.Context, id, image string, want []mount.Mount) error {
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	res, err := b.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return b.engineErr(ctx, "inspecting the created container", err)
+	}
+	c := res.Container
+	ours := map[string]bool{}
+	for _, m := range want {
+		ours[m.Target] = true
+	}
+	for _, m := range c.Mounts {
+		switch {
+		case m.Type == mount.TypeVolume:
+			return fmt.Errorf("image %q declares a volume at %s (VOLUME), which the docker engine would create as a writable directory on the host's disk, outside the read-only root and the disk limit; build the image without VOLUME: %w", image, m.Destination, errs.FailedPrecondition)
+		case m.Type != mount.TypeBind || !ours[m.Destination] || m.RW:
+			return fmt.Errorf("the docker engine gave the container a %s mount at %s (writable %v) the backend did not ask for: %w", m.Type, m.Destination, m.RW, errs.FailedPrecondition)
+		}
+	}
+	hc := c.HostConfig
+	if hc == nil {
+		return fmt.Errorf("the docker engine reported no host configuration for the container: %w", errs.FailedPrecondition)
+	}
+	var extra []string
+	if hc.Privileged {
+		extra = append(extra, "privileged")
+	}
+	if len(hc.CapAdd) > 0 {
+		extra = append(extra, "capabilities "+strings.Join(hc.CapAdd, ","))
+	}
+	if string(hc.NetworkMode) != "none" {
+		extra = append(extra, "network "+string(hc.NetworkMode))
+	}
+	if !hc.ReadonlyRootfs {
+		extra = append(extra, "a writable root")
+	}
+	if hc.PidMode.IsHost() || hc.IpcMode.IsHost() || hc.UTSMode.IsHost() || hc.UsernsMode.IsHost() || hc.CgroupnsMode.IsHost() {
+		extra = append(extra, "a host namespace")
+	}
+	if len(hc.Devices) > 0 || len(hc.DeviceRequests) > 0 || len(hc.DeviceCgroupRules) > 0 {
+		extra = append(extra, "devices")
+	}
+	for _, o := range hc.SecurityOpt {
+		if strings.HasSuffix(o, "unconfined") {
+			extra = append(extra, o)
+		}
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("the docker engine created the container with %s, which the backend did not ask for; check the engine's defaults (daemon.json): %w", strings.Join(extra, ", "), errs.FailedPrecondition)
+	}
+	return nil
+}
+
 // resources maps the invocation's limits to the container's cgroup and
 // rlimit settings. Swap is never allowed beyond the memory limit.
 func resources(l environment.Limits) container.Resources {
@@ -297,9 +404,8 @@ func resources(l environment.Limits) container.Resources {
 
 // startSocket starts a per-invocation server (what: the egress proxy or
 // the state bridge) on a socket in <dir>/<sub>, connectable by the
-// container's user, and returns the read-only bind mount of that
-// directory at the socket's directory in the container (target is the
-// socket's path there).
+// container's user, and returns the read-only bind mount of that socket
+// file at target in the container.
 func startSocket(dir, sub, target, what string, start func(path string) (func(), error)) (mount.Mount, func(), error) {
 	hostDir := filepath.Join(dir, sub)
 	if err := os.Mkdir(hostDir, 0o755); err != nil {
@@ -325,7 +431,9 @@ func startSocket(dir, sub, target, what string, start func(path string) (func(),
 		stop()
 		return mount.Mount{}, nil, fmt.Errorf("making %s's socket usable by the operator: %v: %w", what, err, errs.Retryable)
 	}
-	return mount.Mount{Type: mount.TypeBind, Source: hostDir, Target: filepath.Dir(target), ReadOnly: true}, stop, nil
+	// The socket alone, read-only (connecting needs no writable mount):
+	// nothing else of the host directory reaches the container.
+	return mount.Mount{Type: mount.TypeBind, Source: sock, Target: target, ReadOnly: true}, stop, nil
 }
 
 // writeFileCredentials writes each file credential to a file under
