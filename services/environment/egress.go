@@ -25,9 +25,10 @@ type EgressOptions struct {
 }
 
 // NewEgressFactory returns an EgressFactory that starts one egress.Proxy
-// per invocation with opts.
+// per invocation with opts. The proxy injects the sidecar credentials and
+// scrubs every credential value of the invocation from its logs.
 func NewEgressFactory(opts EgressOptions) EgressFactory {
-	return func(path string, policy NetworkPolicy, sidecars []Credential, log *slog.Logger) (func(), error) {
+	return func(path string, policy NetworkPolicy, creds []Credential, log *slog.Logger) (func(), error) {
 		cfg := egress.Config{
 			Policy:       egress.Policy{DefaultAllow: policy.DefaultAllow},
 			Resolver:     opts.Resolver,
@@ -39,9 +40,11 @@ func NewEgressFactory(opts EgressOptions) EgressFactory {
 		for _, r := range policy.Rules {
 			cfg.Policy.Rules = append(cfg.Policy.Rules, egress.Rule{Host: r.Host, Prefix: r.Prefix, Port: r.Port, Allow: r.Allow})
 		}
-		for _, c := range sidecars {
-			s := c.Injection.GetSidecar()
-			cfg.Credentials = append(cfg.Credentials, egress.Credential{Host: strings.ToLower(s.GetHost()), Header: s.GetHeader(), Value: c.Value})
+		for _, c := range creds {
+			cfg.Secrets = append(cfg.Secrets, c.Value)
+			if s := c.Injection.GetSidecar(); s != nil {
+				cfg.Credentials = append(cfg.Credentials, egress.Credential{Host: strings.ToLower(s.GetHost()), Header: s.GetHeader(), Value: c.Value})
+			}
 		}
 		p, err := egress.New(cfg)
 		if err != nil {
@@ -63,6 +66,8 @@ func NewEgressFactory(opts EgressOptions) EgressFactory {
 			<-done
 			st := p.Stats()
 			if st.Denied > 0 {
+				// The denials are in the proxy's log form: no name the
+				// sandbox chose, no secret (see egress.Stats).
 				log.Info("egress summary", "allowed", st.Allowed, "denied", st.Denied, "denials", strings.Join(st.Denials, "; "))
 			}
 		}, nil

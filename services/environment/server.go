@@ -48,8 +48,9 @@ type Config struct {
 }
 
 // EgressFactory starts an egress proxy for one invocation on a Unix socket
-// at path, enforcing policy and injecting the sidecar credentials.
-type EgressFactory func(path string, policy NetworkPolicy, sidecars []Credential, log *slog.Logger) (stop func(), err error)
+// at path, enforcing policy. creds are every credential of the invocation:
+// the proxy injects the sidecar ones and keeps every value out of its logs.
+type EgressFactory func(path string, policy NetworkPolicy, creds []Credential, log *slog.Logger) (stop func(), err error)
 
 // runGrace is how long past an invocation's timeout the server waits for
 // its backend to report before giving up on it.
@@ -259,7 +260,7 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 			return nil, nil, fmt.Errorf("the spec allows network egress, but this environment service runs no egress proxy: %w", errs.FailedPrecondition)
 		}
 		inv.Egress = func(path string) (func(), error) {
-			return s.cfg.Egress(path, network, sidecars, inv.Log)
+			return s.cfg.Egress(path, network, creds, inv.Log)
 		}
 	}
 	return inv, backend, nil

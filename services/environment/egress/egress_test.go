@@ -59,8 +59,12 @@ func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 	if a, ok := r.m[host]; ok {
 		return a, nil
 	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	return nil, &net.DNSError{Err: "no such host", Name: host, Server: fakeDNSServer, IsNotFound: true}
 }
+
+// fakeDNSServer is the resolver address fakeResolver's errors carry, as
+// the system resolver's do; clients must never see it.
+const fakeDNSServer = "10.53.53.53:53"
 
 func (r *fakeResolver) lookups() []string {
 	r.mu.Lock()
@@ -138,8 +142,9 @@ type running struct {
 }
 
 // startProxy serves a proxy for cfg (logging at Debug into a buffer unless
-// cfg.Log is set) and closes it when the test ends.
-func startProxy(t *testing.T, cfg Config) *running {
+// cfg.Log is set) and closes it when the test ends. setup runs on the
+// proxy before it serves.
+func startProxy(t *testing.T, cfg Config, setup ...func(*Proxy)) *running {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "eg")
 	if err != nil {
@@ -153,6 +158,9 @@ func startProxy(t *testing.T, cfg Config) *running {
 	r.p, err = New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	for _, f := range setup {
+		f(r.p)
 	}
 	l, err := ListenUnix(r.sock)
 	if err != nil {
@@ -380,8 +388,8 @@ func TestCredentialInjection(t *testing.T) {
 
 	t.Run("unpinned credentialed host is address-checked", func(t *testing.T) {
 		resp, body := r.raw(t, "GET /v1/x HTTP/1.1\r\nHost: unpinned.test\r\n\r\n")
-		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "unpinned.test: 10.0.0.5 is a private address") {
-			t.Errorf("got %d %q, want 403 naming the private address", resp.StatusCode, body)
+		if resp.StatusCode != http.StatusForbidden || body != "egress denied: unpinned.test resolves to a private address\n" {
+			t.Errorf("got %d %q, want 403 naming the kind of address, not the address", resp.StatusCode, body)
 		}
 	})
 
@@ -520,12 +528,26 @@ func TestPolicyDenialsOverHTTP(t *testing.T) {
 	if got := res.lookups(); len(got) != 0 {
 		t.Errorf("names denied by host rules were resolved: %q", got)
 	}
+	// Stats and logs name the client's own choice of name only by its
+	// hash, and names from the policy in full.
 	st := r.p.Stats()
-	if st.Denied != int64(len(tests)) || len(st.Denials) != len(tests) || st.Denials[0] != tests[0].reason {
-		t.Errorf("stats = %+v", st)
+	want := []string{
+		"<h:", ":443 is not allowed by the egress policy (no rule matches; default deny)",
+		"<h:", ":80 is not allowed by the egress policy (no rule matches; default deny)",
+		"x.test:443 is denied by rule 1 (deny x.test)", "",
+		"x.test:80 is denied by rule 1 (deny x.test)", "",
 	}
-	if logs := r.logs.String(); !strings.Contains(logs, "host=unlisted.test port=443") {
-		t.Errorf("denial log lacks host and port:\n%s", logs)
+	if st.Denied != int64(len(tests)) || len(st.Denials) != len(tests) {
+		t.Fatalf("stats = %+v", st)
+	}
+	for i, d := range st.Denials {
+		if !strings.HasPrefix(d, want[2*i]) || !strings.HasSuffix(d, want[2*i+1]) {
+			t.Errorf("Denials[%d] = %q, want %q...%q", i, d, want[2*i], want[2*i+1])
+		}
+	}
+	logs := r.logs.String()
+	if strings.Contains(logs, "unlisted") || !strings.Contains(logs, "egress denied") || !strings.Contains(logs, "deny x.test") {
+		t.Errorf("denial logs name the client's host, or lack the denials:\n%s", logs)
 	}
 }
 
@@ -568,8 +590,8 @@ func TestDecide(t *testing.T) {
 		{"[::ffff:93.184.216.34]:443", true}, // mapped literal matches the IPv4 prefix
 		{"[2001:db8::1]:8443", true},
 		{"[2001:db8::1]:443", false},
-		{"pub.test:443", true},    // every resolved address in the prefix
-		{"mixed.test:443", false}, // not every resolved address in the prefix
+		{"pub.test:443", false},   // a Prefix rule never allows a name alone
+		{"mixed.test:443", false}, // nor is a name resolved for it
 	}
 	for _, tc := range tests {
 		t.Run(tc.hostport, func(t *testing.T) {
@@ -581,13 +603,36 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (deny == "") != tc.allow {
-				t.Errorf("decide(%s) = %q, want allow=%v", tc.hostport, deny, tc.allow)
+			if (deny == nil) != tc.allow {
+				t.Errorf("decide(%s) = %+v, want allow=%v", tc.hostport, deny, tc.allow)
 			}
 		})
 	}
-	if _, err := p.decide(t.Context(), &target{host: "nxdomain.test", port: 443}); err == nil {
-		t.Error("a name that does not resolve, reaching a prefix rule, decided without error")
+	if got := res.lookups(); len(got) != 0 {
+		t.Errorf("names resolved to decide: %q", got)
+	}
+
+	// Under a default-allow policy, names are resolved to meet the Prefix
+	// rules in order.
+	p, err = New(Config{
+		Policy: Policy{Rules: []Rule{
+			{Prefix: netip.MustParsePrefix("93.184.216.0/24"), Allow: false},
+		}, DefaultAllow: true},
+		Resolver: res,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, allow := range map[string]bool{"pub.test": false, "mixed.test": true, "example.com": true} {
+		tg, _ := p.parseTarget(host+":443", 0)
+		if deny, err := p.decide(t.Context(), tg); err != nil || (deny == nil) != allow {
+			t.Errorf("default allow: decide(%s) = %+v, %v; want allow=%v", host, deny, err, allow)
+		}
+	}
+	tg, _ := p.parseTarget("nxdomain.test:443", 0)
+	var re *errResolve
+	if _, err := p.decide(t.Context(), tg); !errors.As(err, &re) {
+		t.Errorf("a name that does not resolve, reaching a prefix rule: %v, want a resolution error", err)
 	}
 }
 
@@ -606,12 +651,18 @@ func TestAddressChecksOverHTTP(t *testing.T) {
 			"metadata.test": "169.254.169.254",
 			"internal.test": "10.0.0.5",
 			"mixed.test":    "93.184.216.34,127.0.0.1",
+			"doc.test":      "198.51.100.20",
 		}),
 	})
 	tests := []struct{ hostport, reason string }{
-		{"metadata.test:80", "metadata.test: 169.254.169.254 is a link-local/cloud-metadata address"},
-		{"internal.test:443", "internal.test: 10.0.0.5 is a private address"},
-		{"mixed.test:443", "mixed.test: 127.0.0.1 is a loopback address"},
+		{"metadata.test:80", "metadata.test resolves to a link-local/cloud-metadata address"},
+		{"internal.test:443", "internal.test resolves to a private address"},
+		{"mixed.test:443", "mixed.test resolves to a loopback address"},
+		{"doc.test:443", "doc.test resolves to a documentation (198.51.100.0/24) address"},
+		{"192.0.2.10:443", "192.0.2.10 is a documentation (192.0.2.0/24) address"},
+		{"198.51.100.7:80", "198.51.100.7 is a documentation (198.51.100.0/24) address"},
+		{"203.0.113.9:443", "203.0.113.9 is a documentation (203.0.113.0/24) address"},
+		{"[2001:db8::5]:443", "2001:db8::5 is a documentation (2001:db8::/32) address"},
 		{"127.0.0.1:" + port, "127.0.0.1 is a loopback address"},
 		{"[::ffff:127.0.0.1]:" + port, "127.0.0.1 is a loopback address"},
 		{"169.254.169.254:80", "169.254.169.254 is a link-local/cloud-metadata address"},
@@ -662,9 +713,27 @@ func TestCheckAddr(t *testing.T) {
 		{"169.254.169.254", "", "169.254.169.254 is a link-local/cloud-metadata address"},
 		{"fd00:ec2::254", "", "cloud-metadata"},
 		{"100.100.100.200", "", "cloud-metadata"},
-		{"64:ff9b::7f00:1", "", "NAT64 address for 127.0.0.1, a loopback address"},
+		{"64:ff9b::7f00:1", "", "64:ff9b::7f00:1 is a NAT64 address embedding a loopback address"},
 		{"64:ff9b::5db8:d822", "", ""},
-		{"2002:a00:1::1", "", "6to4 address for 10.0.0.1"},
+		{"2002:a00:1::1", "", "6to4 address embedding a private address"},
+		{"192.0.2.1", "", "documentation (192.0.2.0/24)"},
+		{"198.51.100.255", "", "documentation (198.51.100.0/24)"},
+		{"203.0.113.0", "", "documentation (203.0.113.0/24)"},
+		{"2001:db8:1::1", "", "documentation (2001:db8::/32)"},
+		{"64:ff9b::c000:201", "", "NAT64 address embedding a documentation"},
+		{"192.0.3.1", "", ""},
+		{"203.0.114.1", "", ""},
+		{"203.0.113.9", "203.0.113.0/24", ""},
+		// This host's own addresses (here 93.184.216.99 and 10.9.9.9):
+		// refused; a range does not open them, the single address does.
+		{"93.184.216.99", "", "93.184.216.99 is a local address of this host"},
+		{"::ffff:93.184.216.99", "", "local address of this host"},
+		{"64:ff9b::5db8:d863", "", "NAT64 address embedding a local address of this host"},
+		{"10.9.9.9", "10.0.0.0/8", "local address of this host"},
+		{"10.9.9.10", "10.0.0.0/8", ""},
+		{"10.9.9.9", "10.9.9.9/32", ""},
+		{"93.184.216.99", "0.0.0.0/0", "local address of this host"},
+		{"93.184.216.99", "93.184.216.99/32", ""},
 		{"10.1.2.3", "10.0.0.0/8", ""},
 		{"::ffff:10.1.2.3", "::ffff:10.0.0.0/104", ""},
 		{"192.168.1.1", "10.0.0.0/8", "private"},
@@ -673,6 +742,7 @@ func TestCheckAddr(t *testing.T) {
 		{"169.254.169.254", "169.254.169.254/32", ""},
 		{"100.100.100.200", "100.64.0.0/10", "cloud-metadata"},
 	}
+	host := map[netip.Addr]bool{netip.MustParseAddr("93.184.216.99"): true, netip.MustParseAddr("10.9.9.9"): true}
 	for _, tc := range tests {
 		var allow []netip.Prefix
 		if tc.allow != "" {
@@ -680,7 +750,7 @@ func TestCheckAddr(t *testing.T) {
 				allow = append(allow, normPrefix(netip.MustParsePrefix(s)))
 			}
 		}
-		got := checkAddr(netip.MustParseAddr(tc.addr), allow)
+		got := checkAddr(netip.MustParseAddr(tc.addr), allow, host)
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("checkAddr(%s, allow %q) = %q, want %q", tc.addr, tc.allow, got, tc.want)
 		}
@@ -850,14 +920,14 @@ func TestMalformedRequests(t *testing.T) {
 func TestDenialsRing(t *testing.T) {
 	r := startProxy(t, Config{})
 	for i := range 40 {
-		r.raw(t, fmt.Sprintf("CONNECT h%d.test:443 HTTP/1.1\r\nHost: h%d.test:443\r\n\r\n", i, i))
+		r.raw(t, fmt.Sprintf("CONNECT 93.184.216.34:%d HTTP/1.1\r\nHost: 93.184.216.34:%d\r\n\r\n", 1000+i, 1000+i))
 	}
 	st := r.p.Stats()
 	if st.Denied != 40 || st.Allowed != 0 || len(st.Denials) != maxDenials {
 		t.Fatalf("stats: denied %d allowed %d, %d reasons; want 40, 0, %d", st.Denied, st.Allowed, len(st.Denials), maxDenials)
 	}
-	if !strings.HasPrefix(st.Denials[0], "h8.test:443 ") || !strings.HasPrefix(st.Denials[maxDenials-1], "h39.test:443 ") {
-		t.Errorf("reasons run from %q to %q, want h8 to h39", st.Denials[0], st.Denials[maxDenials-1])
+	if !strings.HasPrefix(st.Denials[0], "93.184.216.34:1008 ") || !strings.HasPrefix(st.Denials[maxDenials-1], "93.184.216.34:1039 ") {
+		t.Errorf("reasons run from %q to %q, want ports 1008 to 1039", st.Denials[0], st.Denials[maxDenials-1])
 	}
 }
 

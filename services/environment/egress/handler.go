@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -53,8 +54,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	up, err := p.dialTarget(ctx, t)
 	if err != nil {
-		p.log.Warn("egress dial failed", "host", t.host, "port", t.port, "err", err)
-		http.Error(w, "egress: cannot connect to "+t.String()+": "+oneLine(err.Error()), http.StatusBadGateway)
+		if ref := p.selfRefusal(t, err); ref != nil {
+			p.deny(w, ref)
+			return
+		}
+		p.log.Warn("egress dial failed", "dest", p.logDest(t), "err", p.logErr(t, err))
+		http.Error(w, "egress: cannot connect to "+t.String()+": "+clientErr(err), http.StatusBadGateway)
 		return
 	}
 	if !p.track(up) {
@@ -88,9 +93,9 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p.log.Debug("egress tunnel open", "host", t.host, "port", t.port)
+	p.log.Debug("egress tunnel open", "dest", p.logDest(t))
 	p.splice(cc, up)
-	p.log.Debug("egress tunnel closed", "host", t.host, "port", t.port)
+	p.log.Debug("egress tunnel closed", "dest", p.logDest(t))
 }
 
 // serveHTTP forwards a plain HTTP request, with a credential when its host
@@ -136,44 +141,82 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // admit applies the policy (when usePolicy) and the address checks to t.
 // It replies and returns false when t is refused.
 func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, t *target, usePolicy bool) bool {
-	var deny string
+	var ref *refusal
 	var err error
 	if usePolicy {
-		deny, err = p.decide(ctx, t)
-		if deny != "" {
+		ref, err = p.decide(ctx, t)
+		if ref != nil {
 			if _, ok := p.creds[t.host]; ok {
-				deny += "; send plain HTTP to http://" + t.host + "/ and the proxy adds the credential"
+				hint := "; send plain HTTP to http://" + t.host + "/ and the proxy adds the credential"
+				ref.client += hint
+				ref.log += hint
 			}
 		}
+	} else {
+		// A credentialed host: the spec named it, and the policy does
+		// not apply to it.
+		t.lookup = true
 	}
-	if err == nil && deny == "" {
-		deny, err = p.check(ctx, t)
+	if err == nil && ref == nil {
+		ref, err = p.check(ctx, t)
 	}
 	if err != nil {
-		p.log.Warn("egress resolve failed", "host", t.host, "port", t.port, "err", err)
-		http.Error(w, "egress: "+oneLine(err.Error()), http.StatusBadGateway)
+		p.log.Warn("egress resolve failed", "dest", p.logDest(t), "err", p.logErr(t, err))
+		var re *errResolve
+		if errors.As(err, &re) {
+			http.Error(w, "egress: "+oneLine(re.Error()), http.StatusBadGateway)
+		} else {
+			http.Error(w, "egress: internal error", http.StatusInternalServerError)
+		}
 		return false
 	}
-	if deny != "" {
-		p.deny(w, t, deny)
+	if ref != nil {
+		p.deny(w, ref)
 		return false
 	}
 	p.allowed.Add(1)
-	p.log.Debug("egress allowed", "host", t.host, "port", t.port)
+	p.log.Debug("egress allowed", "dest", p.logDest(t))
 	return true
 }
 
 // deny records a denial and replies 403 with the reason.
-func (p *Proxy) deny(w http.ResponseWriter, t *target, reason string) {
-	reason = oneLine(reason)
-	p.recordDenial(reason)
-	p.log.Info("egress denied", "host", t.host, "port", t.port, "reason", reason)
+func (p *Proxy) deny(w http.ResponseWriter, ref *refusal) {
+	reason := oneLine(ref.client)
+	logged := oneLine(ref.log)
+	p.recordDenial(logged)
+	p.log.Info("egress denied", "reason", logged)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set(DeniedHeader, reason)
 	w.WriteHeader(http.StatusForbidden)
 	fmt.Fprintf(w, "egress denied: %s\n", reason)
+}
+
+// clientErr renders a dial or upstream error for the client: what went
+// wrong, without the addresses a network error carries (the client is
+// told what a name resolves to only by connecting to it) nor anything of
+// the resolver.
+func clientErr(err error) string {
+	var de *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.As(err, &de):
+		return "cannot resolve the destination"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "destination unreachable"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "connection failed"
+	}
+	return oneLine(err.Error())
 }
 
 // oneLine replaces control characters so s fits one line and one header.
@@ -241,12 +284,18 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
-	host := ""
-	if t, ok := r.Context().Value(targetKey{}).(*target); ok {
-		host = t.String()
+	t, ok := r.Context().Value(targetKey{}).(*target)
+	if !ok {
+		p.log.Warn("egress upstream failed", "err", err.Error())
+		http.Error(w, "egress: upstream failed: "+clientErr(err), http.StatusBadGateway)
+		return
 	}
-	p.log.Warn("egress upstream failed", "dest", host, "err", err)
-	http.Error(w, "egress: upstream "+host+" failed: "+oneLine(err.Error()), http.StatusBadGateway)
+	if ref := p.selfRefusal(t, err); ref != nil {
+		p.deny(w, ref)
+		return
+	}
+	p.log.Warn("egress upstream failed", "dest", p.logDest(t), "err", p.logErr(t, err))
+	http.Error(w, "egress: upstream "+t.String()+" failed: "+clientErr(err), http.StatusBadGateway)
 }
 
 // dialContext is the upstream transports' dialer: it ignores the address
@@ -259,8 +308,31 @@ func (p *Proxy) dialContext(ctx context.Context, _, _ string) (net.Conn, error) 
 	return p.dialTarget(ctx, t)
 }
 
+// errSelf is a connection that reached this host itself (see dialTarget).
+type errSelf struct{ addr netip.Addr }
+
+func (e *errSelf) Error() string { return e.addr.String() + " is a " + hostAddrWhat }
+
+// selfRefusal returns the refusal for a dial that reached this host, or
+// nil when err is something else.
+func (p *Proxy) selfRefusal(t *target, err error) *refusal {
+	var se *errSelf
+	if !errors.As(err, &se) {
+		return nil
+	}
+	return p.addrRefusal(t, se.addr, hostAddrWhat)
+}
+
 // dialTarget connects to t: its pinned address, else each checked address
 // in turn until one answers. It never resolves a name again.
+//
+// A connection whose local and remote addresses are the same went to
+// this host (the kernel picks a local destination's own address as the
+// source): it is closed before a byte is sent and refused as an address
+// of this host, unless the administrator opened that single address.
+// This backs up the address checks when an interface address was added
+// after hostAddrs last read them, and covers addresses the host accepts
+// without listing them on an interface (local routes).
 func (p *Proxy) dialTarget(ctx context.Context, t *target) (net.Conn, error) {
 	if t.static != "" {
 		return p.dialer.DialContext(ctx, "tcp", t.static)
@@ -272,6 +344,10 @@ func (p *Proxy) dialTarget(ctx context.Context, t *target) (net.Conn, error) {
 	for _, a := range t.addrs {
 		c, err := p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, t.port).String())
 		if err == nil {
+			if ra, ok := p.reachedSelf(c); ok {
+				c.Close()
+				return nil, &errSelf{addr: ra}
+			}
 			return c, nil
 		}
 		errs = append(errs, err)
@@ -320,4 +396,21 @@ func (p *Proxy) pipe(dst, src net.Conn, last *atomic.Int64) {
 			return
 		}
 	}
+}
+
+// reachedSelf reports whether c is a TCP connection to this host (local
+// and remote address equal, loopback aside: the loopback ranges govern
+// it) that AllowPrivate does not open by its single address, and returns
+// that address.
+func (p *Proxy) reachedSelf(c net.Conn) (netip.Addr, bool) {
+	la, lok := c.LocalAddr().(*net.TCPAddr)
+	ra, rok := c.RemoteAddr().(*net.TCPAddr)
+	if !lok || !rok {
+		return netip.Addr{}, false
+	}
+	l, r := la.AddrPort().Addr().Unmap(), ra.AddrPort().Addr().Unmap()
+	if l != r || r.IsLoopback() || exactlyAllowed(r, p.allowPrivate) {
+		return netip.Addr{}, false
+	}
+	return r, true
 }

@@ -21,7 +21,8 @@ type Rule struct {
 	Host string
 	// Prefix is an address range, valid only when Host is empty. It
 	// matches a client that gave an IP literal inside it, or a name whose
-	// resolved addresses are all inside it.
+	// resolved addresses are all inside it, once the name was cleared for
+	// resolution (see Policy): a Prefix rule never allows a name alone.
 	Prefix netip.Prefix
 	// Port restricts the rule to one destination port; 0 matches any port.
 	Port uint32
@@ -49,6 +50,14 @@ func (r Rule) String() string {
 // matches gets DefaultAllow. Hosts with a Credential are reachable through
 // plain HTTP whatever the policy says; every destination still goes through
 // the address checks (see Config.AllowPrivate and Config.StaticHosts).
+//
+// A name the client asks for is sent to the resolver only when the policy
+// could allow it by name: the first Host rule that matches it allows it,
+// or no Host rule matches it and DefaultAllow is set. Otherwise it is
+// refused unresolved (nothing reaches DNS), even when a Prefix rule would
+// have allowed its addresses: under a policy whose only allow rules are
+// Prefixes, clients use IP literals, or the policy names the host. A
+// cleared name meets the rules in order, Prefix rules included.
 type Policy struct {
 	// Rules are tried in order; the first match wins.
 	Rules []Rule
@@ -162,12 +171,15 @@ type target struct {
 	ip     netip.Addr // set when host is an IP literal
 	static string     // the StaticHosts address, "" when not pinned
 
+	// lookup is set once the policy lets the proxy send host to the
+	// resolver (see decide); resolve refuses to look a name up before.
+	lookup   bool
 	resolved bool
 	addrs    []netip.Addr // unmapped; the addresses dialled when not pinned
 	checked  bool         // addrs passed the address checks
 }
 
-// String renders host:port for reasons and logs.
+// String renders host:port for the client's messages.
 func (t *target) String() string {
 	h := t.host
 	if t.ip.Is6() {
@@ -176,8 +188,39 @@ func (t *target) String() string {
 	return h + ":" + strconv.Itoa(int(t.port))
 }
 
+// isName reports whether resolving t means asking the resolver: t is a
+// name the administrator did not pin.
+func (t *target) isName() bool {
+	return !t.ip.IsValid() && t.static == ""
+}
+
+// refusal is why a destination is refused, in two forms: for the client,
+// which named the destination and sees it in full, and for the logs and
+// Stats, where a name the client chose appears only in its log form (see
+// Proxy.logDest) because the client may have put a secret in it.
+type refusal struct {
+	client string
+	log    string
+}
+
+// errNoLookup guards against sending a name to the resolver that the
+// policy did not clear for it; it indicates a bug.
+var errNoLookup = errors.New("egress: name not cleared for resolution")
+
+// errResolve is a failed resolution. Its text is what the client sees:
+// the name and nothing of the resolver (not its address, nor its answer).
+// The wrapped error, for the logs, has the details.
+type errResolve struct {
+	host string
+	err  error
+}
+
+func (e *errResolve) Error() string { return "cannot resolve " + e.host }
+func (e *errResolve) Unwrap() error { return e.err }
+
 // resolve fills t.addrs once: the literal, the pinned IP (a pinned name has
-// no addresses: it is not resolved), or the resolver's answer.
+// no addresses: it is not resolved), or the resolver's answer. A name is
+// only sent to the resolver once decide has set t.lookup.
 func (p *Proxy) resolve(ctx context.Context, t *target) ([]netip.Addr, error) {
 	if t.resolved {
 		return t.addrs, nil
@@ -190,15 +233,17 @@ func (p *Proxy) resolve(ctx context.Context, t *target) ([]netip.Addr, error) {
 		if ip, err := netip.ParseAddr(host); err == nil {
 			t.addrs = []netip.Addr{ip.Unmap()}
 		}
+	case !t.lookup:
+		return nil, errNoLookup
 	default:
 		ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
 		defer cancel()
 		addrs, err := p.resolver.LookupNetIP(ctx, "ip", t.host)
 		if err != nil {
-			return nil, fmt.Errorf("resolve %s: %w", t.host, err)
+			return nil, &errResolve{host: t.host, err: err}
 		}
 		if len(addrs) == 0 {
-			return nil, fmt.Errorf("resolve %s: no addresses", t.host)
+			return nil, &errResolve{host: t.host, err: errors.New("no addresses")}
 		}
 		t.addrs = make([]netip.Addr, len(addrs))
 		for i, a := range addrs {
@@ -209,10 +254,28 @@ func (p *Proxy) resolve(ctx context.Context, t *target) ([]netip.Addr, error) {
 	return t.addrs, nil
 }
 
-// decide applies the policy to t. It returns "" when t is allowed, else
-// the reason. A name is resolved only when a Prefix rule has to be
-// consulted for it. err is a resolution failure.
-func (p *Proxy) decide(ctx context.Context, t *target) (deny string, err error) {
+// decide applies the policy to t. It returns nil when t is allowed, else
+// the refusal. err is a resolution failure.
+//
+// A name the client asked for goes to the resolver only when the policy
+// could allow it by name: the first name rule that matches it (port
+// included) allows it, or no name rule matches it and the default is
+// allow. Otherwise the name is refused unresolved, so a request under a
+// deny policy leaks nothing through DNS (http://<secret>.attacker.example/
+// would otherwise hand the secret to the attacker's name server). The
+// price: an address (Prefix) rule never allows a name by itself; under a
+// policy whose only allow rules are addresses, the client must use an IP
+// literal, or the policy must name the host. Once a name is cleared, the
+// rules apply in order as written, Prefix rules to the resolved addresses.
+// Pinned names (Config.StaticHosts) and IP literals involve no resolver
+// and go straight to the rules.
+func (p *Proxy) decide(ctx context.Context, t *target) (*refusal, error) {
+	if t.isName() {
+		if r := p.gate(t); r != nil {
+			return r, nil
+		}
+		t.lookup = true
+	}
 	for i, r := range p.policy.Rules {
 		if r.Port != 0 && r.Port != uint32(t.port) {
 			continue
@@ -224,21 +287,56 @@ func (p *Proxy) decide(ctx context.Context, t *target) (deny string, err error) 
 		} else {
 			addrs, err := p.resolve(ctx, t)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if !allIn(r.Prefix, addrs) {
 				continue
 			}
 		}
 		if r.Allow {
-			return "", nil
+			return nil, nil
 		}
-		return fmt.Sprintf("%s is denied by rule %d (%s)", t, i+1, r), nil
+		return p.refuse(t, fmt.Sprintf("is denied by rule %d (%s)", i+1, r)), nil
 	}
 	if p.policy.DefaultAllow {
-		return "", nil
+		return nil, nil
 	}
-	return fmt.Sprintf("%s is not allowed by the egress policy (no rule matches; default deny)", t), nil
+	return p.refuse(t, "is not allowed by the egress policy (no rule matches; default deny)"), nil
+}
+
+// gate returns nil when the policy could allow the name t by name, which
+// clears it for resolution, else the refusal (see decide).
+func (p *Proxy) gate(t *target) *refusal {
+	byAddress := false
+	for i, r := range p.policy.Rules {
+		if r.Port != 0 && r.Port != uint32(t.port) {
+			continue
+		}
+		if r.Host == "" {
+			byAddress = byAddress || r.Allow
+			continue
+		}
+		if !hostMatches(r.Host, t.host) {
+			continue
+		}
+		if r.Allow {
+			return nil
+		}
+		return p.refuse(t, fmt.Sprintf("is denied by rule %d (%s)", i+1, r))
+	}
+	switch {
+	case p.policy.DefaultAllow:
+		return nil
+	case byAddress:
+		return p.refuse(t, "is not allowed by the egress policy (no name rule allows it, and names are not resolved "+
+			"to be matched against address rules: use an IP literal, or allow the name)")
+	}
+	return p.refuse(t, "is not allowed by the egress policy (no rule matches; default deny)")
+}
+
+// refuse builds the refusal "<destination> <why>".
+func (p *Proxy) refuse(t *target, why string) *refusal {
+	return &refusal{client: t.String() + " " + why, log: p.logDest(t) + " " + why}
 }
 
 // allIn reports whether addrs is non-empty and entirely inside prefix.
@@ -251,24 +349,44 @@ func allIn(prefix netip.Prefix, addrs []netip.Addr) bool {
 	return len(addrs) > 0
 }
 
-// check applies the address checks to every address of t. It returns ""
-// when all may be dialled, else the reason. Pinned hosts are not checked.
-func (p *Proxy) check(ctx context.Context, t *target) (deny string, err error) {
+// check applies the address checks to every address of t. It returns nil
+// when all may be dialled, else the refusal. Pinned hosts are not checked.
+// The client is told which kind of address a name resolves to, never the
+// address itself; the log has it.
+func (p *Proxy) check(ctx context.Context, t *target) (*refusal, error) {
 	if t.static != "" {
-		return "", nil
+		return nil, nil
 	}
 	addrs, err := p.resolve(ctx, t)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	host, err := p.hosts.get()
+	if err != nil {
+		p.log.Warn("egress cannot list the host's addresses; refusing", "err", err.Error())
+		why := "is refused: the egress proxy cannot list this host's own addresses to exclude them"
+		return p.refuse(t, why), nil
 	}
 	for _, a := range addrs {
-		if why := checkAddr(a, p.allowPrivate); why != "" {
-			if t.ip.IsValid() {
-				return why, nil
-			}
-			return t.host + ": " + why, nil
+		what := addrWhat(a, p.allowPrivate, host)
+		if what == "" {
+			continue
 		}
+		return p.addrRefusal(t, a, what), nil
 	}
 	t.checked = true
-	return "", nil
+	return nil, nil
+}
+
+// addrRefusal is the refusal of t because its address a is a what. The
+// client hears the address only when it gave it as a literal.
+func (p *Proxy) addrRefusal(t *target, a netip.Addr, what string) *refusal {
+	if t.ip.IsValid() {
+		why := fmt.Sprintf("%s is a %s", a, what)
+		return &refusal{client: why, log: why}
+	}
+	return &refusal{
+		client: fmt.Sprintf("%s resolves to a %s", t.host, what),
+		log:    fmt.Sprintf("%s: %s is a %s", p.logDest(t), a, what),
+	}
 }

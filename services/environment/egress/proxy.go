@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/secbear/neuron/services/environment/scrub"
 )
 
 // Credential is an API credential the proxy adds to plain HTTP requests for
@@ -48,6 +51,8 @@ type Config struct {
 	// Credentials are injected into plain HTTP requests for their hosts.
 	Credentials []Credential
 	// Resolver resolves destination names; nil means net.DefaultResolver.
+	// A name is only sent to it when the Policy could allow the name by
+	// name (see Policy).
 	Resolver Resolver
 	// StaticHosts pins hosts to addresses ("host" -> "ip:port" or
 	// "host:port") chosen by the service's administrator, e.g. to point a
@@ -58,9 +63,11 @@ type Config struct {
 	// still applies to pinned hosts without a credential.
 	StaticHosts map[string]string
 	// AllowPrivate lists address ranges the administrator allows despite
-	// the address checks. A cloud-metadata address is only exempted by a
+	// the address checks. A cloud-metadata address, and an address of
+	// this host's own network interfaces, is only exempted by a
 	// single-address prefix naming it (e.g. 169.254.169.254/32), never by
-	// a wider range.
+	// a wider range: opening 10.0.0.0/8 opens the internal network, not
+	// the host the proxy runs on. A loopback range opens loopback.
 	AllowPrivate []netip.Prefix
 	// TLS configures the TLS client used toward credentialed hosts (set
 	// RootCAs for a private CA); nil means the system roots. ServerName is
@@ -76,8 +83,16 @@ type Config struct {
 	MaxConns int
 	// Log receives denials (Info), upstream failures (Warn) and allowed
 	// destinations (Debug); nil discards. Credential values and header
-	// values are never logged.
+	// values are never logged; names the client chose appear as a keyed
+	// hash (see Stats.Denials), and every record is scrubbed of Secrets
+	// and the credential values.
 	Log *slog.Logger
+	// Secrets are the values the proxy's logs must never contain: every
+	// value injected into the invocation, whatever its injection. The
+	// Credentials' values are added. Each is replaced in every log record
+	// (with its encodings, and lower-cased, as host names are), as is
+	// anything shaped like a credential (see package scrub).
+	Secrets []string
 }
 
 // Stats counts the proxy's decisions since New.
@@ -86,8 +101,11 @@ type Stats struct {
 	Allowed int64
 	// Denied counts refused tunnels and requests.
 	Denied int64
-	// Denials holds the reasons of the last 32 denials, oldest first.
-	// They name hosts, ports and addresses, never secrets.
+	// Denials holds the reasons of the last 32 denials, oldest first, as
+	// logged: IP literals and names from the spec or the administrator
+	// appear as they are, a name the client chose as a keyed hash
+	// ("<h:0123456789ab>.example.com:443"), so a secret the client put in
+	// a name is not repeated here.
 	Denials []string
 }
 
@@ -127,6 +145,9 @@ type Proxy struct {
 	idleTimeout  time.Duration
 	log          *slog.Logger
 	dialer       *net.Dialer
+	hosts        hostAddrs       // this host's own addresses, refused
+	known        map[string]bool // names logged verbatim (see logDest)
+	logKey       [32]byte        // the key of logDest's hash
 
 	srv   *http.Server
 	plain *httputil.ReverseProxy
@@ -172,6 +193,25 @@ func New(cfg Config) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	secrets := append([]string(nil), cfg.Secrets...)
+	for _, c := range cfg.Credentials {
+		secrets = append(secrets, c.Value)
+	}
+	for _, v := range secrets { // the range is evaluated once
+		if l := strings.ToLower(v); l != v {
+			secrets = append(secrets, l)
+		}
+	}
+	p.log = slog.New(scrubHandler{next: p.log.Handler(), s: scrub.New(secrets)})
+	if _, err := rand.Read(p.logKey[:]); err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	p.known = make(map[string]bool)
+	for _, r := range policy.Rules {
+		if r.Host != "" && !strings.HasPrefix(r.Host, "*.") {
+			p.known[r.Host] = true
+		}
+	}
 	p.sem = make(chan struct{}, cmp(cfg.MaxConns, defaultMaxConns))
 	p.dialer = &net.Dialer{Timeout: p.dialTimeout}
 
@@ -194,6 +234,7 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, fmt.Errorf("egress: StaticHosts[%q] = %q: invalid port", h, addr)
 		}
 		p.static[host] = addr
+		p.known[host] = true
 	}
 
 	errorLog := slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)
@@ -214,6 +255,7 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, fmt.Errorf("egress: credential %d: host %s has two credentials", i+1, host)
 		}
 		p.creds[host] = cr
+		p.known[host] = true
 	}
 
 	p.srv = &http.Server{
