@@ -69,6 +69,10 @@ type envOptions struct {
 	extra        []environment.Backend
 	container    string
 	state        statev1.StateServiceClient
+	// readOnly are extra paths the sandbox may read (process.Config.ReadOnly).
+	readOnly []string
+	// maxConcurrent is Config.MaxConcurrent (0: the default).
+	maxConcurrent int
 }
 
 // startEnv serves an environment service with the process backend on a
@@ -82,7 +86,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if args == nil {
 		args = []string{"--tools", "read,write,edit,bash", "--tool-timeout", "20s"}
 	}
-	pb, err := process.New(process.Config{OperatorBinary: operatorBinary(t), OperatorArgs: args, WorkDir: work, Log: log})
+	pb, err := process.New(process.Config{OperatorBinary: operatorBinary(t), OperatorArgs: args, WorkDir: work, ReadOnly: o.readOnly, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +107,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		State:     o.state,
 		Log:       log,
 	}
+	cfg.MaxConcurrent = o.maxConcurrent
 	if cfg.Secrets == nil {
 		cfg.Secrets = environment.MapSecrets{}
 	}

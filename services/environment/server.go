@@ -43,9 +43,16 @@ type Config struct {
 	// State is the state service invocations read their session history
 	// from, through a read-only bridge; nil when there is none.
 	State statev1.StateServiceClient
+	// MaxConcurrent is the most invocations this service runs at once;
+	// a Run past it is RESOURCE_EXHAUSTED at once, never queued. Zero or
+	// less means DefaultMaxConcurrent.
+	MaxConcurrent int
 	// Log is the service logger.
 	Log *slog.Logger
 }
+
+// DefaultMaxConcurrent is Config.MaxConcurrent when unset.
+const DefaultMaxConcurrent = 64
 
 // EgressFactory starts an egress proxy for one invocation on a Unix socket
 // at path, enforcing policy. creds are every credential of the invocation:
@@ -61,6 +68,9 @@ type Server struct {
 	environmentv1.UnimplementedEnvironmentServiceServer
 	cfg      Config
 	backends map[string]Backend
+	// running holds one token per invocation in progress; its capacity
+	// is cfg.MaxConcurrent.
+	running chan struct{}
 }
 
 // NewServer checks cfg and returns the server.
@@ -89,6 +99,10 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.cfg.Defaults.Timeout <= 0 {
 		s.cfg.Defaults = DefaultDefaults()
 	}
+	if s.cfg.MaxConcurrent <= 0 {
+		s.cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	s.running = make(chan struct{}, s.cfg.MaxConcurrent)
 	return s, nil
 }
 
@@ -129,6 +143,16 @@ func (s *Server) names() string {
 // Run implements EnvironmentService.Run.
 func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
 	start := time.Now()
+	// One token per invocation, taken before any work: a full service
+	// answers at once instead of queueing callers or starting more
+	// sandboxes, bridges and proxies than the host can hold.
+	select {
+	case s.running <- struct{}{}:
+		defer func() { <-s.running }()
+	default:
+		s.cfg.Log.Warn("run refused: concurrent invocation limit reached", "max_concurrent", s.cfg.MaxConcurrent)
+		return nil, fmt.Errorf("this environment service is already running its limit of %d concurrent invocations (max-concurrent); retry later: %w", s.cfg.MaxConcurrent, errs.ResourceExhausted)
+	}
 	inv, backend, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
@@ -253,7 +277,12 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		Log:         s.cfg.Log.With("invocation", id),
 	}
 	if s.cfg.State != nil {
-		inv.State = func(path string) (func(), error) { return serveStateBridge(path, s.cfg.State, inv.Log) }
+		// The bridge reads only the scopes this invocation owns: its
+		// session and its dispatch's workflow and agent.
+		scopes := invocationScopes(req.GetInput())
+		inv.State = func(path string) (func(), error) {
+			return serveStateBridge(path, s.cfg.State, scopes, defaultBridgeLimits(), inv.Log)
+		}
 	}
 	if !network.AllowsNothing() || len(sidecars) > 0 {
 		if s.cfg.Egress == nil {

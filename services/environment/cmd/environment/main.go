@@ -89,6 +89,7 @@ type flags struct {
 	defaultMemory  string
 	defaultProcs   uint
 	defaultOutput  uint64
+	maxConcurrent  int
 
 	// egress
 	staticHosts  string
@@ -121,6 +122,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.defaultMemory, "default-memory", "2Gi", "memory limit of a run whose spec sets none (quantity, e.g. 512Mi)")
 	fs.UintVar(&f.defaultProcs, "default-max-processes", uint(d.Limits.MaxProcesses), "process limit of a run whose spec sets none")
 	fs.Uint64Var(&f.defaultOutput, "default-max-output-bytes", d.Limits.MaxOutputBytes, "output read back from a run whose spec sets none")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent", environment.DefaultMaxConcurrent, "most invocations run at once; a Run past it is RESOURCE_EXHAUSTED at once, never queued")
 	fs.StringVar(&f.staticHosts, "egress-static-hosts", "", "comma-separated host=ip:port pins for the egress proxy, trusted as given (e.g. an internal model gateway)")
 	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback")
 	fs.StringVar(&f.egressCA, "egress-ca-file", "", "extra CA bundle the egress proxy trusts for credentialed hosts")
@@ -132,6 +134,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.maxConcurrent <= 0 {
+		return nil, fmt.Errorf("--max-concurrent %d: want a positive number of invocations", f.maxConcurrent)
 	}
 	f.operator.Dev, f.operator.Plaintext = f.srv.Dev, f.srv.Plaintext
 	f.state.Dev, f.state.Plaintext = f.srv.Dev, f.srv.Plaintext
@@ -176,6 +181,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Egress:    egress,
 		Log:       log,
 	}
+	cfg.MaxConcurrent = f.maxConcurrent
 	if f.state.Target != "" {
 		conn, err := grpcclient.Dial(f.state)
 		if err != nil {
