@@ -148,7 +148,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			// The only writable places, each of a fixed size: the
 			// workspace holds at most the disk limit.
 			Tmpfs: map[string]string{
-				Workspace: tmpfsOptions(inv.Limits.DiskBytes),
+				Workspace: workspaceOptions(inv.Limits.DiskBytes),
 				"/tmp":    tmpfsOptions(tmpSize),
 			},
 			ShmSize:     shmSize,
@@ -313,9 +313,19 @@ func (b *Backend) limits(l environment.Limits) environment.Limits {
 	return l
 }
 
-// tmpfsOptions are the options of a writable tmpfs of size bytes.
+// tmpfsOptions are the options of a tmpfs of size bytes anyone may
+// write to.
 func tmpfsOptions(size int64) string {
 	return "rw,nosuid,nodev,size=" + strconv.FormatInt(size, 10) + ",mode=1777"
+}
+
+// workspaceOptions are the options of the workspace's tmpfs of size
+// bytes, owned by the container's user: the engine creates the working
+// directory beneath it as root, mode 0755, and the runtime gives the
+// tmpfs that mode, so a mode option alone would leave the operator a
+// workspace it cannot write.
+func workspaceOptions(size int64) string {
+	return "rw,nosuid,nodev,size=" + strconv.FormatInt(size, 10) + ",uid=" + strconv.Itoa(containerUID) + ",gid=" + strconv.Itoa(containerGID) + ",mode=0755"
 }
 
 // verify inspects the created container and refuses to start it, with

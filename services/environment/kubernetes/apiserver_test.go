@@ -96,6 +96,8 @@ func TestRealAPIServer(t *testing.T) {
 		assertGone(t, client, job.Name)
 	})
 
+	t.Run("attack", func(t *testing.T) { attackRealAPIServer(t, kube.Config) })
+
 	t.Run("deadline", func(t *testing.T) {
 		inv := invocation(t, "real-2", spec)
 		r := start(ctx, b, inv)

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +43,20 @@ type Config struct {
 	// RuntimeClassGvisor is the RuntimeClass whose pods run under gVisor;
 	// "" refuses specs that ask for gvisor isolation.
 	RuntimeClassGvisor string
+	// DefaultLimits fill in each zero CPU, memory, disk and output limit
+	// of an invocation (whose limits are the spec's, else the service's
+	// defaults), so that no pod runs without resource limits and an
+	// ephemeral-storage limit. A zero field here takes the package
+	// default: DefaultCPUMillis, DefaultMemoryBytes, DefaultDiskBytes,
+	// DefaultMaxOutputBytes. Its other fields are ignored.
+	DefaultLimits environment.Limits
+	// CredentialSecrets, when not empty, are the only Secrets credentials
+	// may name; nil allows any Secret of the namespace except the
+	// backend's own (ObjectPrefix...), which hold other invocations'
+	// inputs. The namespace may hold Secrets that are not credentials
+	// (TLS keys, database passwords): list the credential Secrets here,
+	// or run invocations in a namespace of their own.
+	CredentialSecrets []string
 	// PollInterval is how often the Job and its pod are read when the
 	// watch is quiet or broken; 0 means one second.
 	PollInterval time.Duration
@@ -51,6 +67,24 @@ type Config struct {
 	// Log receives the backend's diagnostics; nil discards them.
 	Log *slog.Logger
 }
+
+// The limits every pod gets when neither its spec, the service's defaults
+// nor Config.DefaultLimits set one; requests equal limits.
+const (
+	// DefaultCPUMillis is one core.
+	DefaultCPUMillis = 1000
+	// DefaultMemoryBytes is 2 GiB.
+	DefaultMemoryBytes = 2 << 30
+	// DefaultDiskBytes is the ephemeral storage (workspace, /tmp, the
+	// container's writable layer and logs), 1 GiB.
+	DefaultDiskBytes = 1 << 30
+	// DefaultMaxOutputBytes bounds the pod log read back, 16 MiB.
+	DefaultMaxOutputBytes = 16 << 20
+)
+
+// maxOutputBytes bounds the pod log held in memory whatever the limits
+// say (the process backend's bound too).
+const maxOutputBytes = 1 << 30
 
 // Backend runs each invocation as a Kubernetes Job. It implements
 // environment.Backend and environment.ByReference.
@@ -113,6 +147,26 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
+	d := cfg.DefaultLimits
+	cfg.DefaultLimits = environment.Limits{CPUMillis: DefaultCPUMillis, MemoryBytes: DefaultMemoryBytes, DiskBytes: DefaultDiskBytes, MaxOutputBytes: DefaultMaxOutputBytes}
+	if d.CPUMillis > 0 {
+		cfg.DefaultLimits.CPUMillis = d.CPUMillis
+	}
+	if d.MemoryBytes > 0 {
+		cfg.DefaultLimits.MemoryBytes = d.MemoryBytes
+	}
+	if d.DiskBytes > 0 {
+		cfg.DefaultLimits.DiskBytes = d.DiskBytes
+	}
+	if d.MaxOutputBytes > 0 {
+		cfg.DefaultLimits.MaxOutputBytes = d.MaxOutputBytes
+	}
+	for _, s := range cfg.CredentialSecrets {
+		if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
+			return nil, fmt.Errorf("kubernetes backend: credential Secret %q: %s", s, strings.Join(msgs, "; "))
+		}
+	}
+	cfg.CredentialSecrets = slices.Clone(cfg.CredentialSecrets)
 	if cfg.Logs == nil {
 		client := cfg.Client
 		cfg.Logs = func(ctx context.Context, namespace, pod string) (io.ReadCloser, error) {
@@ -149,6 +203,13 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 		return err
 	}
 	if r := spec.GetResources(); r != nil {
+		l, err := environment.ParseLimits(r, environment.Limits{})
+		if err != nil {
+			return err
+		}
+		if err := checkQuantities(r, l); err != nil {
+			return err
+		}
 		if r.MaxProcesses != nil {
 			return fmt.Errorf("the kubernetes backend cannot limit processes per pod (the kubelet's pod PID limit applies); remove resources.max_processes: %w", errs.FailedPrecondition)
 		}
@@ -179,6 +240,9 @@ func (b *Backend) image(spec *environmentv1.EnvironmentSpec) (string, error) {
 	if image == "" {
 		return "", fmt.Errorf("the kubernetes backend has no default image; name one in isolation.container.image: %w", errs.FailedPrecondition)
 	}
+	if strings.IndexFunc(image, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 || strings.HasPrefix(image, "-") {
+		return "", fmt.Errorf("image %q is not an image reference: %w", image, errs.FailedPrecondition)
+	}
 	return image, nil
 }
 
@@ -191,9 +255,14 @@ func (b *Backend) secretRef(name string) (secret, key string) {
 	return secret, key
 }
 
-// checkCredentials refuses credentials a pod cannot receive by reference.
+// checkCredentials refuses credentials a pod cannot, or may not, receive
+// by reference: a name that is not a Secret (and key) of the namespace,
+// the backend's own input Secrets, a Secret outside
+// Config.CredentialSecrets (NOT_FOUND), a variable refusedEnv refuses or
+// that another credential sets, a file path checkFilePath refuses or
+// that another credential uses.
 func (b *Backend) checkCredentials(creds []environment.Credential) error {
-	paths := map[string]bool{}
+	paths, vars := map[string]bool{}, map[string]bool{}
 	for _, c := range creds {
 		secret, key := b.secretRef(c.Name)
 		if msgs := validation.IsDNS1123Subdomain(secret); len(msgs) > 0 {
@@ -203,23 +272,33 @@ func (b *Backend) checkCredentials(creds []environment.Credential) error {
 		if msgs := validation.IsConfigMapKey(key); len(msgs) > 0 {
 			return fmt.Errorf("credential %q: %q is not a Secret key (%s): %w", c.Name, key, strings.Join(msgs, "; "), errs.FailedPrecondition)
 		}
+		if strings.HasPrefix(secret, ObjectPrefix) {
+			return fmt.Errorf("credential %q: Secrets named %s... hold invocations' inputs, not credentials: %w", c.Name, ObjectPrefix, errs.FailedPrecondition)
+		}
+		if len(b.cfg.CredentialSecrets) > 0 && !slices.Contains(b.cfg.CredentialSecrets, secret) {
+			return fmt.Errorf("credential %q: Secret %s is not one this environment service hands to invocations (it hands %s): %w",
+				c.Name, secret, strings.Join(b.cfg.CredentialSecrets, ", "), errs.NotFound)
+		}
 		switch m := c.Injection.GetMethod().(type) {
 		case *environmentv1.CredentialInjection_Sidecar:
 			return fmt.Errorf("credential %q: the kubernetes backend has no in-cluster egress proxy to inject it for %s yet; inject it as env_var or file instead: %w",
 				c.Name, m.Sidecar.GetHost(), errs.FailedPrecondition)
 		case *environmentv1.CredentialInjection_EnvVar:
-			if msgs := validation.IsEnvVarName(m.EnvVar.GetVarName()); len(msgs) > 0 {
-				return fmt.Errorf("credential %q: %q is not an environment variable name: %w", c.Name, m.EnvVar.GetVarName(), errs.FailedPrecondition)
+			v := m.EnvVar.GetVarName()
+			if msgs := validation.IsEnvVarName(v); len(msgs) > 0 {
+				return fmt.Errorf("credential %q: %q is not an environment variable name: %w", c.Name, v, errs.FailedPrecondition)
 			}
+			if why := refusedEnv(v); why != "" {
+				return fmt.Errorf("credential %q: environment variable %q %s; the kubernetes backend does not set it from a credential, choose another name: %w", c.Name, v, why, errs.FailedPrecondition)
+			}
+			if vars[v] {
+				return fmt.Errorf("credential %q: another credential already sets %s: %w", c.Name, v, errs.FailedPrecondition)
+			}
+			vars[v] = true
 		case *environmentv1.CredentialInjection_File:
-			p := path.Clean(m.File.GetPath())
-			if !path.IsAbs(p) || p == "/" {
-				return fmt.Errorf("credential %q: file path %q must be an absolute file path: %w", c.Name, m.File.GetPath(), errs.FailedPrecondition)
-			}
-			for _, reserved := range []string{inputDir, workspaceDir, tmpDir} {
-				if p == reserved || (reserved == inputDir && strings.HasPrefix(p, inputDir+"/")) {
-					return fmt.Errorf("credential %q: file path %q collides with the pod's %s volume; choose another path: %w", c.Name, p, reserved, errs.FailedPrecondition)
-				}
+			p := m.File.GetPath()
+			if err := b.checkFilePath(p); err != nil {
+				return fmt.Errorf("credential %q: %v: %w", c.Name, err, errs.FailedPrecondition)
 			}
 			if paths[p] {
 				return fmt.Errorf("credential %q: another credential is already mounted at %q: %w", c.Name, p, errs.FailedPrecondition)
@@ -230,6 +309,61 @@ func (b *Backend) checkCredentials(creds []environment.Credential) error {
 		}
 	}
 	return nil
+}
+
+// checkFilePath says why a file credential cannot be mounted at p: not
+// an absolute clean path; the pod's own volumes or the operator binary;
+// a system directory; under /proc, /sys or /dev; a file the kubelet
+// manages; or a file that changes how the loader, user lookup or TLS
+// trust behave.
+func (b *Backend) checkFilePath(p string) error {
+	if !path.IsAbs(p) {
+		return fmt.Errorf("file path %q must be an absolute file path", p)
+	}
+	if path.Clean(p) != p {
+		return fmt.Errorf("file path %q is not clean (write it as %q)", p, path.Clean(p))
+	}
+	for _, reserved := range []string{inputDir, workspaceDir, tmpDir} {
+		if p == reserved || (reserved == inputDir && strings.HasPrefix(p, inputDir+"/")) {
+			return fmt.Errorf("file path %q collides with the pod's %s volume; choose another path", p, reserved)
+		}
+	}
+	if p == b.cfg.OperatorPath {
+		return fmt.Errorf("file path %q would cover the operator binary", p)
+	}
+	if isSystemDir(p) || strings.HasPrefix(b.cfg.OperatorPath, p+"/") {
+		return fmt.Errorf("file path %q would cover a system directory of the container", p)
+	}
+	for _, dir := range runtimeDirs {
+		if strings.HasPrefix(p, dir+"/") {
+			return fmt.Errorf("file path %q is under %s, which the runtime owns", p, dir)
+		}
+	}
+	if why := refusedFile(p); why != "" {
+		return fmt.Errorf("file path %q %s", p, why)
+	}
+	return nil
+}
+
+// limits returns l with the backend's defaults in each zero (or, from an
+// overflowing quantity, negative) CPU, memory, disk and output limit, and
+// the output limit at most maxOutputBytes.
+func (b *Backend) limits(l environment.Limits) environment.Limits {
+	d := b.cfg.DefaultLimits
+	if l.CPUMillis <= 0 {
+		l.CPUMillis = d.CPUMillis
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	if l.MaxOutputBytes == 0 {
+		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	l.MaxOutputBytes = min(l.MaxOutputBytes, maxOutputBytes)
+	return l
 }
 
 // Run runs inv as a Job and returns the operator's output; see the
@@ -244,6 +378,9 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	if err := b.Check(inv.Spec); err != nil {
 		return nil, err
 	}
+	withLimits := *inv
+	withLimits.Limits = b.limits(inv.Limits)
+	inv = &withLimits
 	objs, err := b.objects(inv)
 	if err != nil {
 		return nil, err

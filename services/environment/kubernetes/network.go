@@ -76,9 +76,22 @@ func egressRules(p environment.NetworkPolicy) ([]egressRule, error) {
 			}
 			e.except = addExcept(e.except, d.Prefix)
 		}
-		if !shadowed {
-			out = append(out, e)
+		if shadowed {
+			continue
 		}
+		// The cloud's metadata service hands out the node's
+		// credentials: taken out of every allow, as the egress proxy
+		// refuses it whatever the rules say.
+		for _, m := range metadataPrefixes {
+			if !overlaps(m, r.Prefix) {
+				continue
+			}
+			if r.Prefix.Bits() >= m.Bits() {
+				return nil, fmt.Errorf("%s allows the cloud metadata address %s, which hands out the node's credentials; the kubernetes backend never opens it: %w", r.name, m.Addr(), errs.FailedPrecondition)
+			}
+			e.except = addExcept(e.except, m)
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }

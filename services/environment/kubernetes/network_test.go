@@ -25,6 +25,8 @@ func TestEgressRules(t *testing.T) {
 		}
 		return r
 	}
+	// The metadata addresses every allow of everything excepts.
+	meta4, meta6 := []string{"169.254.169.254/32", "100.100.100.200/32"}, "fd00:ec2::254/128"
 	tests := []struct {
 		name     string
 		policy   environment.NetworkPolicy
@@ -32,14 +34,20 @@ func TestEgressRules(t *testing.T) {
 		contains string // a refusal's message
 	}{
 		{name: "deny everything", policy: environment.NetworkPolicy{}, want: nil},
-		{name: "allow everything", policy: environment.NetworkPolicy{DefaultAllow: true},
-			want: []egressRule{rule("0.0.0.0/0", 0), rule("::/0", 0)}},
+		{name: "allow everything but the metadata service", policy: environment.NetworkPolicy{DefaultAllow: true},
+			want: []egressRule{rule("0.0.0.0/0", 0, meta4...), rule("::/0", 0, meta6)}},
 		{name: "default allow except metadata", policy: environment.NetworkPolicy{DefaultAllow: true, Rules: []environment.NetworkRule{deny("169.254.169.254/32", 0)}},
-			want: []egressRule{rule("0.0.0.0/0", 0, "169.254.169.254/32"), rule("::/0", 0)}},
+			want: []egressRule{rule("0.0.0.0/0", 0, meta4...), rule("::/0", 0, meta6)}},
+		{name: "link-local allow keeps metadata out", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{allow("169.254.0.0/16", 53)}},
+			want: []egressRule{rule("169.254.0.0/16", 53, "169.254.169.254/32")}},
+		{name: "metadata address allowed", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{allow("169.254.169.254/32", 80)}},
+			contains: "rule 0 (allow 169.254.169.254/32 port 80) allows the cloud metadata address 169.254.169.254"},
+		{name: "IPv6 metadata address allowed", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{allow("fd00:ec2::254/128", 0)}},
+			contains: "fd00:ec2::254"},
 		{name: "allow inside an earlier deny is dropped", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{deny("10.0.0.0/8", 0), allow("10.1.0.0/16", 443)}},
 			want: nil},
 		{name: "allow before a deny wins", policy: environment.NetworkPolicy{DefaultAllow: true, Rules: []environment.NetworkRule{allow("10.1.0.0/16", 0), deny("10.0.0.0/8", 0)}},
-			want: []egressRule{rule("10.1.0.0/16", 0), rule("0.0.0.0/0", 0, "10.0.0.0/8"), rule("::/0", 0)}},
+			want: []egressRule{rule("10.1.0.0/16", 0), rule("0.0.0.0/0", 0, append([]string{"10.0.0.0/8"}, meta4...)...), rule("::/0", 0, meta6)}},
 		{name: "same-port deny is excepted, other port not", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{
 			deny("10.1.0.0/16", 443), allow("10.0.0.0/8", 443), allow("10.0.0.0/8", 80)}},
 			want: []egressRule{rule("10.0.0.0/8", 443, "10.1.0.0/16"), rule("10.0.0.0/8", 80)}},
@@ -47,7 +55,7 @@ func TestEgressRules(t *testing.T) {
 			deny("10.1.2.0/24", 0), deny("10.1.0.0/16", 0), deny("10.1.3.0/24", 0), allow("10.0.0.0/8", 0)}},
 			want: []egressRule{rule("10.0.0.0/8", 0, "10.1.0.0/16")}},
 		{name: "deny of all IPv4 leaves IPv6", policy: environment.NetworkPolicy{DefaultAllow: true, Rules: []environment.NetworkRule{deny("0.0.0.0/0", 0)}},
-			want: []egressRule{rule("::/0", 0)}},
+			want: []egressRule{rule("::/0", 0, meta6)}},
 		{name: "families never overlap", policy: environment.NetworkPolicy{Rules: []environment.NetworkRule{deny("::/0", 0), allow("10.0.0.0/8", 0)}},
 			want: []egressRule{rule("10.0.0.0/8", 0)}},
 		{name: "a port deny cannot be cut out of every port", policy: environment.NetworkPolicy{DefaultAllow: true, Rules: []environment.NetworkRule{deny("0.0.0.0/0", 25)}},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -79,22 +78,22 @@ func (b *Backend) terminated(ctx context.Context, id string) (*corev1.Pod, *core
 }
 
 // readLogs reads the log of pod's operator container: its stdout and
-// stderr, merged. More than max bytes (0: no limit) is RESOURCE_EXHAUSTED.
+// stderr, merged. More than max bytes (0: maxOutputBytes) is
+// RESOURCE_EXHAUSTED.
 func (b *Backend) readLogs(ctx context.Context, pod string, max uint64) ([]byte, error) {
 	rc, err := b.cfg.Logs(ctx, b.cfg.Namespace, pod)
 	if err != nil {
 		return nil, fmt.Errorf("read the log of pod %s: %v: %w", pod, err, errs.Retryable)
 	}
 	defer rc.Close()
-	var r io.Reader = rc
-	if max > 0 && max < math.MaxInt64 {
-		r = io.LimitReader(rc, int64(max)+1)
+	if max == 0 || max > maxOutputBytes {
+		max = maxOutputBytes
 	}
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(rc, int64(max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read the log of pod %s: %v: %w", pod, err, errs.Retryable)
 	}
-	if max > 0 && uint64(len(data)) > max {
+	if uint64(len(data)) > max {
 		return nil, fmt.Errorf("the operator wrote more than resources.max_output_bytes (%d bytes, its log included, since Kubernetes merges stdout and stderr); raise the limit or log less: %w", max, errs.ResourceExhausted)
 	}
 	return data, nil

@@ -139,10 +139,15 @@ func probe() *Report {
 		if err != nil {
 			return nil
 		}
-		if d.IsDir() && (p == "/proc" || p == "/sys") {
-			return filepath.SkipDir
+		if d.IsDir() {
+			if p == "/proc" || p == "/sys" {
+				return filepath.SkipDir
+			}
+			return nil
 		}
-		if d.Type()&fs.ModeSocket != 0 {
+		// The directory entry of a mount point has the type of the
+		// placeholder beneath the mount; Lstat sees what is mounted.
+		if info, err := os.Lstat(p); err == nil && info.Mode()&fs.ModeSocket != 0 {
 			r.Sockets = append(r.Sockets, p)
 		}
 		return nil
