@@ -89,6 +89,7 @@ type flags struct {
 	defaultMemory  string
 	defaultProcs   uint
 	defaultOutput  uint64
+	defaultDisk    string
 	maxConcurrent  int
 
 	// egress
@@ -122,6 +123,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.defaultMemory, "default-memory", "2Gi", "memory limit of a run whose spec sets none (quantity, e.g. 512Mi)")
 	fs.UintVar(&f.defaultProcs, "default-max-processes", uint(d.Limits.MaxProcesses), "process limit of a run whose spec sets none")
 	fs.Uint64Var(&f.defaultOutput, "default-max-output-bytes", d.Limits.MaxOutputBytes, "output read back from a run whose spec sets none")
+	fs.StringVar(&f.defaultDisk, "default-disk", "1Gi", "disk cap of a docker or kubernetes run whose spec sets none (docker: the workspace's size; kubernetes: ephemeral storage and the workspace's sizeLimit)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", environment.DefaultMaxConcurrent, "most invocations run at once; a Run past it is RESOURCE_EXHAUSTED at once, never queued")
 	fs.StringVar(&f.staticHosts, "egress-static-hosts", "", "comma-separated host=ip:port pins for the egress proxy, trusted as given (e.g. an internal model gateway)")
 	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback")
@@ -330,14 +332,25 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 		log.Warn("LOCAL BACKEND: invocations run in the operator service without isolation; specs asking for any are refused", "operator", f.operator.Target)
 		out = append(out, local.New(operatorv1.NewOperatorServiceClient(conn)))
 	}
+	// The container backends' own defaults, for what neither a spec nor
+	// the service's defaults bound.
+	var containerLimits environment.Limits
+	if want["docker"] || want["kubernetes"] {
+		q, err := resource.ParseQuantity(f.defaultDisk)
+		if err != nil || q.Sign() <= 0 || q.Value() <= 0 {
+			return fail(fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk))
+		}
+		containerLimits.DiskBytes = q.Value()
+	}
 	if want["docker"] {
 		b, err := docker.New(docker.Config{
-			Host:         f.dockerHost,
-			DefaultImage: f.defaultImage,
-			OperatorArgs: opArgs,
-			WorkDir:      filepath.Join(f.dataDir, "docker"),
-			Runtime:      f.gvisorRuntime,
-			Log:          log,
+			Host:          f.dockerHost,
+			DefaultImage:  f.defaultImage,
+			OperatorArgs:  opArgs,
+			WorkDir:       filepath.Join(f.dataDir, "docker"),
+			Runtime:       f.gvisorRuntime,
+			DefaultLimits: containerLimits,
+			Log:           log,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("docker backend: %w", err))
@@ -356,6 +369,7 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 			DefaultImage:       f.defaultImage,
 			OperatorArgs:       opArgs,
 			RuntimeClassGvisor: f.gvisorRuntime,
+			DefaultLimits:      containerLimits,
 			Log:                log,
 		})
 		if err != nil {
