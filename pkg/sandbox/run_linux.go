@@ -250,7 +250,7 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	stdout := &capBuffer{max: p.MaxOutput}
 	stderr := &capBuffer{max: p.MaxOutput}
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        selfExe(),
 		Args:        []string{"sandbox-trampoline"},
 		Env:         []string{markerEnv + "=" + markerValue},
 		Dir:         p.Dir,
@@ -344,6 +344,15 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 		return res, ctxErr
 	}
 	return res, nil
+}
+
+// selfExe is the running binary for the trampoline: /proc/self/exe, or,
+// inside a sandbox whose private root has no /proc, the path Main found.
+func selfExe() string {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe"
+	}
+	return selfPath
 }
 
 // waitExitNoReap blocks until process pid has exited, leaving it a

@@ -42,6 +42,10 @@ type childConfig struct {
 	RunAs *IDs `json:"run_as,omitempty"`
 }
 
+// selfPath is this binary's path, found by Main, for when /proc is
+// missing (see selfExe).
+var selfPath string
+
 // mainCalled records that Main ran (and was not a trampoline); Run
 // refuses to re-execute a binary that would not recognise the marker.
 var mainCalled atomic.Bool
@@ -53,6 +57,11 @@ var mainCalled atomic.Bool
 // never returning; on failure it reports the error to Run and exits.
 func Main() {
 	if os.Getenv(markerEnv) != markerValue {
+		if exe, err := os.Executable(); err == nil {
+			selfPath = exe
+		} else if filepath.IsAbs(os.Args[0]) {
+			selfPath = os.Args[0] // no /proc: started by path inside a sandbox
+		}
 		mainCalled.Store(true)
 		return
 	}

@@ -36,6 +36,8 @@ package process
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +45,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -64,7 +68,24 @@ type Config struct {
 	ReadOnly []string
 	// Log is the backend's logger.
 	Log *slog.Logger
+	// DiskBytes caps each workspace when the spec sets no resources.disk:
+	// the workspace is a tmpfs of that size (its pages count against
+	// the invocation's memory limit too). Zero means DefaultDiskBytes.
+	DiskBytes int64
 }
+
+// DefaultDiskBytes is the workspace cap when neither the spec nor the
+// configuration sets one.
+const DefaultDiskBytes = 1 << 30
+
+// sandboxIDBase and sandboxIDRange are where each invocation's uid and
+// gid are drawn from (as root): ids no account on the host has, so the
+// sandboxed process owns nothing there, and distinct per invocation, so
+// RLIMIT_NPROC and file ownership do not cross tenants.
+const (
+	sandboxIDBase  = 1_600_000_000
+	sandboxIDRange = 1 << 24
+)
 
 // Probes of the host's support for Landlock and for a usable cgroup,
 // made by Check; variables only so that tests can stand in for a host
@@ -108,6 +129,12 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.DiskBytes < 0 {
+		return nil, fmt.Errorf("process backend: negative disk cap %d", cfg.DiskBytes)
+	}
+	if cfg.DiskBytes == 0 {
+		cfg.DiskBytes = DefaultDiskBytes
+	}
 	return &Backend{cfg: cfg}, nil
 }
 
@@ -132,8 +159,18 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	if r.Gpu != nil {
 		return fmt.Errorf("the process backend cannot assign GPUs (resources.gpu); use the container or kubernetes backend: %w", errs.FailedPrecondition)
 	}
-	if r.Disk != nil {
-		return fmt.Errorf("the process backend cannot cap disk use (resources.disk): there is no per-invocation filesystem quota; use the kubernetes backend: %w", errs.FailedPrecondition)
+	if err := rootProbe(); err != nil {
+		return fmt.Errorf("the process backend runs each invocation as a uid of its own, in a size-capped workspace, which needs the service to run as root (%v): %w", err, errs.FailedPrecondition)
+	}
+	return nil
+}
+
+// rootProbe is nil when the service can switch uids and mount a
+// workspace; a variable only so that tests can stand in for a host
+// where it cannot.
+var rootProbe = func() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("it runs as uid %d", os.Geteuid())
 	}
 	return nil
 }
@@ -150,6 +187,19 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			inv.Log.Warn("removing the invocation directory", "dir", dir, "error", err.Error())
 		}
 	}()
+	// The invocation's own identity, and its workspace: a tmpfs of the
+	// disk cap, owned by it (the invocation directory around it stays
+	// the service's, 0700).
+	ids := newIDs()
+	disk := inv.Limits.DiskBytes
+	if disk == 0 {
+		disk = b.cfg.DiskBytes
+	}
+	unmount, err := mountWorkspace(ws, disk, ids)
+	if err != nil {
+		return nil, fmt.Errorf("mounting the invocation's workspace: %v: %w", err, errs.Retryable)
+	}
+	defer unmount()
 
 	argv := append([]string{b.cfg.OperatorBinary}, b.cfg.OperatorArgs...)
 	argv = append(argv, "--workspace", ws)
@@ -179,10 +229,15 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	if names := toolEnv(inv, env); names != "" {
 		argv = append(argv, "--tool-env", names)
 	}
-	var files []string
+	var files, sockets []string
 	for _, c := range inv.Credentials {
 		if f := c.Injection.GetFile(); f != nil {
 			files = append(files, f.GetPath())
+		}
+	}
+	for _, sock := range []string{"egress.sock", "state.sock"} {
+		if _, err := os.Stat(filepath.Join(dir, sock)); err == nil {
+			sockets = append(sockets, filepath.Join(dir, sock))
 		}
 	}
 	if len(files) > 0 {
@@ -192,8 +247,11 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 
 	lim := inv.Limits
 	policy := sandbox.Policy{
-		Workspace:  ws,
-		ReadOnly:   append([]string{b.cfg.OperatorBinary}, b.cfg.ReadOnly...),
+		Workspace: ws,
+		ReadOnly:  append([]string{b.cfg.OperatorBinary}, b.cfg.ReadOnly...),
+		// The only sockets of the host that exist in its private root.
+		ReadWrite:  sockets,
+		RunAs:      &ids,
 		Env:        env,
 		PrivateTmp: true,
 		Timeout:    inv.Timeout,
@@ -203,7 +261,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			OpenFiles:     1024,
 			FileSizeBytes: 1 << 30,
 		},
-		Namespaces: sandbox.Namespaces{User: true, PID: true, Net: true, IPC: true, UTS: true},
+		Namespaces: sandbox.Namespaces{Mount: true, PID: true, Net: true, IPC: true, UTS: true},
 		Cgroup:     &sandbox.Cgroup{MemoryBytes: lim.MemoryBytes, Pids: int64(lim.MaxProcesses), CPUMillis: lim.CPUMillis},
 	}
 	for _, c := range inv.Credentials {
@@ -217,7 +275,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			err = errors.New("no result")
 		}
 		if errors.Is(err, sandbox.ErrFilePlacement) {
-			return nil, fmt.Errorf("a file credential cannot be placed: %v; choose a path that does not exist on the host, under a directory such as /run/secrets: %w", err, errs.FailedPrecondition)
+			return nil, fmt.Errorf("a file credential cannot be placed: %v; choose a path outside the workspace and the system directories, such as /run/secrets/NAME: %w", err, errs.FailedPrecondition)
 		}
 		if errors.Is(err, sandbox.ErrUnsupported) {
 			return nil, fmt.Errorf("%v: %w", err, errs.FailedPrecondition)
@@ -241,6 +299,9 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		return out, fmt.Errorf("the operator used up its CPU time limit of %v: %w", lim.CPUTime, errs.ResourceExhausted)
 	case res.Signal != "":
 		return out, fmt.Errorf("the operator was killed by %s (%s): %w", res.Signal, environment.LastLine(res.Stderr), errs.Internal)
+	case workspaceFull(ws):
+		out.Usage.LimitsHit = append(out.Usage.LimitsHit, "disk")
+		return out, fmt.Errorf("the invocation filled its workspace, capped at %d bytes (resources.disk); ask for more disk or write less: %w", disk, errs.ResourceExhausted)
 	}
 	output, err := environment.DecodeOutput(res.Stdout, res.Stderr, res.ExitCode)
 	if err != nil {
@@ -293,4 +354,29 @@ func usage(res *sandbox.Result) *environmentv1.ResourceUsage {
 		u.LimitsHit = append(u.LimitsHit, "output")
 	}
 	return u
+}
+
+// newIDs draws an invocation's uid and gid (the same number).
+func newIDs() sandbox.IDs {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := sandboxIDBase + binary.BigEndian.Uint32(b[:])%sandboxIDRange
+	return sandbox.IDs{UID: id, GID: id}
+}
+
+// mountWorkspace mounts a tmpfs of size bytes on ws, owned by ids, and
+// returns what unmounts it.
+func mountWorkspace(ws string, size int64, ids sandbox.IDs) (func(), error) {
+	opts := fmt.Sprintf("size=%d,mode=0700,uid=%d,gid=%d", size, ids.UID, ids.GID)
+	if err := unix.Mount("tmpfs", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, err
+	}
+	return func() { _ = unix.Unmount(ws, unix.MNT_DETACH) }, nil
+}
+
+// workspaceFull reports whether the workspace's tmpfs has no free block
+// left: the invocation ran into its disk cap.
+func workspaceFull(ws string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(ws, &st) == nil && st.Bfree == 0
 }

@@ -396,8 +396,21 @@ func toolRegistry(f *flags, log *slog.Logger) (*tool.Registry, func(), error) {
 					readOnly = append(readOnly, p)
 				}
 			}
+			// Standalone, every command gets its own namespaces: a
+			// private root holding the workspace and the system's
+			// programs only, no network, its own process tree (killed
+			// whole when the command ends). In --one-shot mode the
+			// operator already runs inside an environment backend's
+			// sandbox, whose seccomp filter refuses new namespaces:
+			// commands then run under its namespaces, with their own
+			// Landlock ruleset, filter and limits on top.
+			ns := sandbox.Namespaces{User: true, Mount: true, PID: true, Net: true, IPC: true, UTS: true}
+			if f.oneShot {
+				ns = sandbox.Namespaces{}
+			}
 			t = builtin.NewBash(dir, sandbox.Policy{
 				Workspace: dir, Env: env, ReadOnly: readOnly, PrivateTmp: true, Limits: sandbox.DefaultLimits(), AllowUnconfined: f.unconfined,
+				Namespaces: ns,
 			})
 		default:
 			closeWS()
