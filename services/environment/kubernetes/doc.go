@@ -12,9 +12,14 @@
 //   - a Job neuron-inv-ID: one pod, never retried, with the invocation's
 //     timeout as activeDeadlineSeconds, running the operator binary in
 //     one-shot mode as user 65532 with a read-only root, no capabilities,
-//     the RuntimeDefault seccomp profile, no service-account token,
-//     requests equal to limits, emptyDirs at /workspace and /tmp, and
-//     HOME and TMPDIR set to /tmp.
+//     the RuntimeDefault seccomp profile, no service-account token, no
+//     host namespace or hostPath, requests equal to limits (CPU, memory
+//     and ephemeral storage, the invocation's disk limit), emptyDirs at
+//     /workspace (sizeLimit: the disk limit) and /tmp, and HOME and
+//     TMPDIR set to /tmp. CPU, memory, disk and output that neither the
+//     spec nor the service's defaults bound take Config.DefaultLimits
+//     (1 core, 2 GiB, 1 GiB, 16 MiB), so every pod has limits; the log
+//     read back is bounded by 1 GiB whatever they say.
 //
 // The Secret and NetworkPolicy are then owned by the Job, so the garbage
 // collector removes them if the backend dies, but the backend deletes all
@@ -34,7 +39,18 @@
 // environment.ByReference): a credential named "s" or "s/key" is key
 // "key" (default Config.SecretKey) of the Secret "s" in the namespace.
 // env_var credentials become secretKeyRef variables; file credentials a
-// Secret volume item mounted with subPath at the requested path.
+// Secret volume item mounted with subPath at the requested path. The
+// backend's own input Secrets (neuron-inv-...) are refused, and so is any
+// Secret outside Config.CredentialSecrets when that is set (NOT_FOUND):
+// without it a spec may name any Secret of the namespace. As in the docker
+// backend, credentials placed where they would change how the container
+// behaves are refused (guard.go): files over system directories, under
+// /proc, /sys or /dev, over files the kubelet manages, the loader's
+// configuration, the user database or the trusted certificates;
+// variables read by the loader, a shell, proxy-aware, container or
+// cluster clients, or the service (LD_*, PATH, HOME, HTTPS_PROXY,
+// KUBERNETES_*, NEURON_*, ...). So are images that are not a single
+// reference and quantities too large for an int64 (INVALID_ARGUMENT).
 //
 // # Network policy
 //
@@ -46,7 +62,10 @@
 // 0.0.0.0/0 and ::/0 after every rule. A port-specific deny that
 // overlaps an earlier-unmatched all-ports allow cannot be expressed (an
 // ipBlock cannot except one port) and is refused by Check, as are rules
-// naming domains. Rules with a port allow that port over TCP and UDP.
+// naming domains. The cloud metadata addresses (169.254.169.254,
+// 100.100.100.200, fd00:ec2::254) are excepted from every allow rule, as
+// the egress proxy refuses them, and a rule allowing only them is
+// refused. Rules with a port allow that port over TCP and UDP.
 // Nothing else, not even DNS, is allowed: allow the cluster's DNS
 // service's address to resolve names.
 //
@@ -54,4 +73,8 @@
 // resources.max_processes (the kubelet's pod PID limit applies) and
 // resources.cpu_time. Sidecar credentials are refused: there is no
 // in-cluster egress proxy yet.
+//
+// attack_test.go holds the attack tests: hostile specs refused before any
+// API call, the hostile Job checked field by field, and, on a real API
+// server, the pod admitted by the restricted Pod Security Standard.
 package kubernetes
