@@ -9,9 +9,9 @@
 // all (network mode "none"), private IPC and cgroup namespaces, the
 // image's HEALTHCHECK disabled, and only three writable places, each a
 // tmpfs of a fixed size: /workspace (owned by the container's user) of
-// the invocation's disk limit, /tmp and /dev/shm of 64 MiB. tmpfs pages
-// count against the memory limit, so the workspace is full at whichever
-// limit comes first. Its environment is only the invocation's credential
+// the invocation's disk limit, /tmp of 64 MiB and /dev/shm of 32 MiB.
+// tmpfs pages count against the memory limit, so the workspace is full at
+// whichever limit comes first. Its environment is only the invocation's credential
 // variables. The OperatorInput goes in on the attached stdin; the
 // OperatorOutput comes back on stdout, bounded by max_output_bytes (and
 // 1 GiB whatever that says); stderr becomes the run's logs. Memory

@@ -28,7 +28,7 @@ import (
 // is the invocation's disk limit. All count against the memory limit.
 const (
 	tmpSize = 64 << 20
-	shmSize = 64 << 20
+	shmSize = 32 << 20
 )
 
 // maxOutputBytes bounds the operator's stdout held in memory whatever

@@ -541,3 +541,19 @@ func attackRealAPIServer(t *testing.T, cfg *rest.Config) {
 type warningFunc func(code int, agent, text string)
 
 func (f warningFunc) HandleWarningHeader(code int, agent, text string) { f(code, agent, text) }
+
+// TestAttackOutputBounded: with no output limit from the spec or the
+// service, the log read back is still bounded (Config.DefaultLimits'
+// 16 MiB), so a pod cannot fill the service's memory.
+func TestAttackOutputBounded(t *testing.T) {
+	b, client, logs := newFake(t, nil)
+	inv := invocation(t, "flood", &environmentv1.EnvironmentSpec{})
+	inv.Limits.MaxOutputBytes = 0
+	r := start(context.Background(), b, inv)
+	job := waitJob(t, client, r, ObjectPrefix+inv.ID)
+	pod := createPod(t, client, job, terminated(0, "Completed"))
+	logs.set(pod.Name, strings.Repeat("x", DefaultMaxOutputBytes+1))
+	finishJob(t, client, job, batchv1.JobComplete, "CompletionsReached")
+	_, err := r.wait(t)
+	assertCode(t, err, codes.ResourceExhausted, "16777216 bytes")
+}
