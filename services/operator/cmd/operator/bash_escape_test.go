@@ -106,4 +106,3 @@ func TestStandaloneBashIsolated(t *testing.T) {
 		t.Errorf("a setsid daemon outlived the bash call: pids %s", out)
 	}
 }
-
