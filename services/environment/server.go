@@ -41,7 +41,9 @@ type Config struct {
 	// refused.
 	Egress EgressFactory
 	// State is the state service invocations read their session history
-	// from, through a read-only bridge; nil when there is none.
+	// from, through a read-only bridge that serves only the invocation's
+	// own scopes (its session, its dispatch's workflow and agent); nil
+	// when there is none.
 	State statev1.StateServiceClient
 	// MaxConcurrent is the most invocations this service runs at once;
 	// a Run past it is RESOURCE_EXHAUSTED at once, never queued. Zero or
