@@ -65,9 +65,11 @@ type Invocation struct {
 	// run ends.
 	Egress func(path string) (stop func(), err error)
 	// State serves, on a Unix socket at path, a StateService that
-	// forwards Read, List and Search to the state service and refuses
-	// writes, for the operator's session history. Nil when the service
-	// has no state service configured. Call stop when the run ends.
+	// forwards Read, List and Search of the invocation's own scopes (its
+	// input's session, its dispatch's workflow and agent) to the state
+	// service, refuses every other scope and every write, and caps its
+	// connections and streams. Nil when the service has no state service
+	// configured. Call stop when the run ends.
 	State func(path string) (stop func(), err error)
 	// Log is a logger carrying the invocation id.
 	Log *slog.Logger
