@@ -2,6 +2,7 @@ package logging
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -45,19 +46,44 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	return l, nil
 }
 
-// Redact wraps h so that secrets never reach it.
-func Redact(h slog.Handler) slog.Handler { return redactHandler{h} }
+// Redact wraps h so that secrets never reach it: attributes whose key
+// names a secret (SecretKey) are replaced whole, and every string of a
+// record goes through RedactString (see RedactWith for which strings).
+func Redact(h slog.Handler) slog.Handler {
+	return redactHandler{next: h, redact: RedactString, keys: true}
+}
 
-type redactHandler struct{ next slog.Handler }
+// RedactWith wraps h so that every string of a record reaches it through
+// redact: the message; every attribute's key and string value, at any
+// depth of groups; group names given to WithGroup; attributes given to
+// WithAttrs (redacted once, when given); errors and fmt.Stringers, as
+// their text; and values of any other kind (structs, maps, byte slices)
+// whose text, as fmt's %+v or as JSON, redact changes, which are then
+// replaced by that text redacted. LogValuers are resolved first. Numbers,
+// booleans, times and durations pass as they are.
+//
+// It is the one redaction step of every log pipeline: Redact is it with
+// RedactString, and the environment service's per-invocation loggers use
+// it with the injected credentials' scrubber (scrub.NewHandler).
+func RedactWith(h slog.Handler, redact func(string) string) slog.Handler {
+	return redactHandler{next: h, redact: redact}
+}
+
+type redactHandler struct {
+	next   slog.Handler
+	redact func(string) string
+	// keys replaces attributes whose key names a secret.
+	keys bool
+}
 
 func (r redactHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return r.next.Enabled(ctx, l)
 }
 
 func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
-	out := slog.NewRecord(rec.Time, rec.Level, RedactString(rec.Message), rec.PC)
+	out := slog.NewRecord(rec.Time, rec.Level, r.redact(rec.Message), rec.PC)
 	rec.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(redactAttr(a))
+		out.AddAttrs(r.attr(a))
 		return true
 	})
 	return r.next.Handle(ctx, out)
@@ -66,42 +92,67 @@ func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
 func (r redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	red := make([]slog.Attr, len(as))
 	for i, a := range as {
-		red[i] = redactAttr(a)
+		red[i] = r.attr(a)
 	}
-	return redactHandler{r.next.WithAttrs(red)}
+	return redactHandler{r.next.WithAttrs(red), r.redact, r.keys}
 }
 
 func (r redactHandler) WithGroup(name string) slog.Handler {
-	return redactHandler{r.next.WithGroup(name)}
+	return redactHandler{r.next.WithGroup(r.redact(name)), r.redact, r.keys}
 }
 
 // Redacted is what a secret is replaced with.
 const Redacted = "[REDACTED]"
 
-func redactAttr(a slog.Attr) slog.Attr {
-	if SecretKey(a.Key) {
-		return slog.String(a.Key, Redacted)
+func (r redactHandler) attr(a slog.Attr) slog.Attr {
+	key := r.redact(a.Key)
+	if r.keys && SecretKey(a.Key) {
+		return slog.String(key, Redacted)
 	}
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(a.Key, RedactString(v.String()))
+		return slog.String(key, r.redact(v.String()))
 	case slog.KindGroup:
 		g := v.Group()
-		red := make([]any, len(g))
+		red := make([]slog.Attr, len(g))
 		for i, ga := range g {
-			red[i] = redactAttr(ga)
+			red[i] = r.attr(ga)
 		}
-		return slog.Group(a.Key, red...)
+		return slog.Attr{Key: key, Value: slog.GroupValue(red...)}
 	case slog.KindAny:
-		if err, ok := v.Any().(error); ok {
-			return slog.String(a.Key, RedactString(err.Error()))
+		switch x := v.Any().(type) {
+		case error:
+			return slog.String(key, r.redact(x.Error()))
+		case fmt.Stringer:
+			return slog.String(key, r.redact(x.String()))
+		case []byte:
+			if red := r.redact(string(x)); red != string(x) {
+				return slog.String(key, red)
+			}
 		}
-		if s, ok := v.Any().(fmt.Stringer); ok {
-			return slog.String(a.Key, RedactString(s.String()))
-		}
-		return slog.Attr{Key: a.Key, Value: v}
+		return slog.Attr{Key: key, Value: r.anyValue(v)}
 	default:
-		return slog.Attr{Key: a.Key, Value: v}
+		return slog.Attr{Key: key, Value: v}
 	}
+}
+
+// anyValue returns v, a value of kind Any, unchanged unless its text as
+// a text handler (%+v) or a JSON handler would print it holds something
+// to redact; then that text, redacted.
+func (r redactHandler) anyValue(v slog.Value) slog.Value {
+	x := v.Any()
+	if x == nil {
+		return v
+	}
+	text := fmt.Sprintf("%+v", x)
+	if red := r.redact(text); red != text {
+		return slog.StringValue(red)
+	}
+	if js, err := json.Marshal(x); err == nil {
+		if red := r.redact(string(js)); red != string(js) {
+			return slog.StringValue(red)
+		}
+	}
+	return v
 }

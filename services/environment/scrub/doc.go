@@ -11,9 +11,11 @@
 //	logs := s.Writer(os.Stderr) // line by line; Close at the end
 //
 // Two things are replaced by Redacted. First, the exact values and, for
-// values of at least MinSecretLen bytes, their common encodings (base64,
-// hex, URL and JSON escaping), found in one pass by an Aho–Corasick
-// automaton, overlapping matches merged. Second, unless WithoutPatterns is
+// values of at least MinSecretLen bytes, their trivial transforms (any
+// case, separators and line breaks between their characters, escaped
+// bytes) and their common encodings (base64, base32, hex plain or
+// separated), found in one linear pass, overlapping matches merged (see
+// New). Second, unless WithoutPatterns is
 // given, anything shaped like a credential: provider API keys (Anthropic,
 // OpenAI, Google, GitHub, Slack, AWS, Stripe), JWTs, Authorization /
 // Bearer / x-api-key values, PEM private keys and the values of
@@ -25,4 +27,10 @@
 //
 // Scrubbing is idempotent: scrubbing scrubbed text changes nothing (as
 // long as no secret is part of the text "[REDACTED]" itself).
+//
+// Files, from the entry points inwards: scrub.go (New, String, Bytes),
+// message.go (Message), writer.go (Writer), handler.go (NewHandler, for
+// log records); forms.go (what is looked for), normalize.go (the
+// normalized view), scan.go (the streaming scan), match.go (the
+// automaton), patterns.go (the credential-shaped patterns).
 package scrub

@@ -1,10 +1,5 @@
 package scrub
 
-import (
-	"cmp"
-	"slices"
-)
-
 // span is a half-open byte range [start, end) of a match.
 type span struct{ start, end int }
 
@@ -17,14 +12,15 @@ type span struct{ start, end int }
 // A scan costs two table loads per input byte whatever the number of
 // patterns, and allocates nothing when there is no match.
 //
-// Overlapping matches are merged into one span covering all of them, so
-// a secret that is a prefix of (or overlaps) another is never split from
-// it and no part of either is left behind. Adjacent matches stay
-// separate.
+// The scanner (scan.go) runs it and merges overlapping matches.
 type matcher struct {
 	class  [256]uint8
 	nclass int
-	// delta[state*nclass+class] is the next state.
+	// delta[state*nclass+class] is the next state, as next*nclass (so a
+	// step is one load and one add), with the sign bit set when a
+	// pattern ends at next (or, for a keyword matcher, its mask is not
+	// empty). The start state is 0. Everything else is indexed by state
+	// (see id).
 	delta []int32
 	// out[state] is the length of the pattern ending at state, 0 if none.
 	out []int32
@@ -34,24 +30,45 @@ type matcher struct {
 	// mask[state] is the union of the masks of all patterns that end at
 	// state; only set for a keyword matcher.
 	mask []uint64
+	// depth[state] is the length of the longest suffix of what was read
+	// that some pattern continues: a match still to come began at most
+	// depth bytes ago.
+	depth []int32
+	// back[state] and fwd[state], for a matcher of normalized forms, are
+	// how many units before and after a match of the pattern ending at
+	// state may hold escaped bytes of the secret (see absorbable).
+	back, fwd []uint8
+	// maxDepth is the largest depth, maxBack the largest back.
+	maxDepth, maxBack int
 }
 
 // newMatcher compiles pats for find; it returns nil when pats has no
 // non-empty string.
 func newMatcher(pats []string) *matcher {
-	return build(pats, nil)
+	return build(pats, nil, nil)
+}
+
+// extent is how far a match of a normalized form may be widened: back
+// units before it and fwd units after it (see absorbable).
+type extent struct{ back, fwd uint8 }
+
+// newNormMatcher compiles normalized forms, ext[i] being the extent of
+// pats[i]; it returns nil when pats has no non-empty string.
+func newNormMatcher(pats []string, ext []extent) *matcher {
+	return build(pats, nil, ext)
 }
 
 // newKeywordMatcher compiles lower-case ASCII keywords, keyword i standing
 // for masks[i], for ascii-case-insensitive use with any.
 func newKeywordMatcher(keywords []string, masks []uint64) *matcher {
-	return build(keywords, masks)
+	return build(keywords, masks, nil)
 }
 
 // build compiles pats. With masks (one per pattern), ASCII letters match
 // case-insensitively (pats must be lower case) and the per-state masks
-// for any are computed.
-func build(pats []string, masks []uint64) *matcher {
+// for any are computed. With ext (one per pattern), each state records
+// the largest extent of the patterns that end there.
+func build(pats []string, masks []uint64, ext []extent) *matcher {
 	m := &matcher{}
 	fold := masks != nil
 	var used [256]bool
@@ -70,21 +87,40 @@ func build(pats []string, masks []uint64) *matcher {
 	if m.nclass == 1 {
 		return nil
 	}
-	if fold {
+	if fold || ext != nil {
+		// Normalized forms are lower case too, and the scanner gives
+		// ASCII letters as they are.
 		for b := 'A'; b <= 'Z'; b++ {
 			m.class[b] = m.class[b+'a'-'A']
 		}
 	}
 	n := m.nclass
-	newState := func() int32 {
+	// At most one state per pattern byte, plus the root.
+	states := 1
+	for _, p := range pats {
+		states += len(p)
+	}
+	m.out = make([]int32, 0, states)
+	m.depth = make([]int32, 0, states)
+	m.delta = make([]int32, 0, states*n)
+	if ext != nil {
+		m.back = make([]uint8, 0, states)
+		m.fwd = make([]uint8, 0, states)
+	}
+	newState := func(depth int32) int32 {
 		s := int32(len(m.out))
 		m.out = append(m.out, 0)
+		m.depth = append(m.depth, depth)
+		if ext != nil {
+			m.back = append(m.back, 0)
+			m.fwd = append(m.fwd, 0)
+		}
 		for range n {
 			m.delta = append(m.delta, -1)
 		}
 		return s
 	}
-	newState() // root
+	newState(0) // root
 	for pi, p := range pats {
 		if p == "" {
 			continue
@@ -94,12 +130,18 @@ func build(pats []string, masks []uint64) *matcher {
 			c := int32(m.class[p[i]])
 			next := m.delta[s*int32(n)+c]
 			if next < 0 {
-				next = newState()
+				next = newState(int32(i + 1))
 				m.delta[s*int32(n)+c] = next
 			}
 			s = next
 		}
 		m.out[s] = int32(len(p))
+		m.maxDepth = max(m.maxDepth, len(p))
+		if ext != nil {
+			m.back[s] = max(m.back[s], ext[pi].back)
+			m.fwd[s] = max(m.fwd[s], ext[pi].fwd)
+			m.maxBack = max(m.maxBack, int(ext[pi].back))
+		}
 		if fold {
 			for len(m.mask) < len(m.out) {
 				m.mask = append(m.mask, 0)
@@ -110,6 +152,27 @@ func build(pats []string, masks []uint64) *matcher {
 	if fold {
 		for len(m.mask) < len(m.out) {
 			m.mask = append(m.mask, 0)
+		}
+	}
+
+	// A state with a child in the trie is a proper prefix of a pattern;
+	// one without has nothing to continue, and its depth is that of the
+	// nearest state on its failure chain that has.
+	trieDepth := m.depth
+	m.depth = make([]int32, len(m.out))
+	hasChild := func(u int32) bool {
+		for c := range n {
+			if m.delta[u*int32(n)+int32(c)] > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	setDepth := func(u, f int32) {
+		if hasChild(u) {
+			m.depth[u] = trieDepth[u]
+		} else {
+			m.depth[u] = m.depth[f]
 		}
 	}
 
@@ -127,6 +190,7 @@ func build(pats []string, masks []uint64) *matcher {
 		}
 		fail[t] = 0
 		m.dict[t] = -1
+		setDepth(t, 0)
 		queue = append(queue, t)
 	}
 	for len(queue) > 0 {
@@ -141,6 +205,7 @@ func build(pats []string, masks []uint64) *matcher {
 				continue
 			}
 			fail[v] = fu
+			setDepth(v, fu)
 			if fold {
 				// fu is shallower than v, so its mask is complete.
 				m.mask[v] |= m.mask[fu]
@@ -153,48 +218,22 @@ func build(pats []string, masks []uint64) *matcher {
 			queue = append(queue, v)
 		}
 	}
+	for i, t := range m.delta {
+		v := t * int32(n)
+		if m.out[t] > 0 || m.dict[t] >= 0 || (fold && m.mask[t] != 0) {
+			v |= flag
+		}
+		m.delta[i] = v
+	}
 	return m
 }
 
-// find returns the spans of s covered by matches, overlapping matches
-// merged, in order, or nil.
-func (m *matcher) find(s string) []span {
-	if m == nil {
-		return nil
-	}
-	var all []span
-	n := int32(m.nclass)
-	state := int32(0)
-	for i := 0; i < len(s); i++ {
-		state = m.delta[state*n+int32(m.class[s[i]])]
-		t := state
-		if m.out[t] == 0 {
-			t = m.dict[t]
-		}
-		for ; t >= 0; t = m.dict[t] {
-			all = append(all, span{i + 1 - int(m.out[t]), i + 1})
-		}
-	}
-	if len(all) == 0 {
-		return nil
-	}
-	slices.SortFunc(all, func(a, b span) int {
-		if c := cmp.Compare(a.start, b.start); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.end, a.end)
-	})
-	merged := all[:1]
-	for _, sp := range all[1:] {
-		last := &merged[len(merged)-1]
-		if sp.start < last.end {
-			last.end = max(last.end, sp.end)
-			continue
-		}
-		merged = append(merged, sp)
-	}
-	return merged
-}
+// flag marks a delta entry whose state has an output.
+const flag = -1 << 31
+
+// id returns the index of state st, as held in delta, in the per-state
+// tables.
+func (m *matcher) id(st int32) int32 { return (st &^ flag) / int32(m.nclass) }
 
 // any returns the union of the masks of the keywords that occur in s.
 func (m *matcher) any(s string) uint64 {
@@ -202,11 +241,12 @@ func (m *matcher) any(s string) uint64 {
 		return 0
 	}
 	var seen uint64
-	n := int32(m.nclass)
 	state := int32(0)
 	for i := 0; i < len(s); i++ {
-		state = m.delta[state*n+int32(m.class[s[i]])]
-		seen |= m.mask[state]
+		state = m.delta[state&^flag+int32(m.class[s[i]])]
+		if state < 0 {
+			seen |= m.mask[m.id(state)]
+		}
 	}
 	return seen
 }

@@ -8,16 +8,21 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Redacted replaces every exact secret value, every encoding of one, and
 // every pattern match.
 const Redacted = "[REDACTED]"
 
-// MinSecretLen is the length from which a secret's encodings (base64,
-// hex, URL escaping, JSON escaping) are replaced as well as the value
-// itself. A shorter encoded form would too often occur in ordinary text.
-// Shorter secrets are still replaced verbatim, wherever they occur.
+// MinSecretLen is the length from which a secret is also found
+// transformed (any case, separators and line breaks between its
+// characters, escaped bytes) and encoded (base64, base32, hex), as well
+// as verbatim. A shorter secret's transforms would too often occur in
+// ordinary text (a 5-letter value case-insensitively, with any
+// punctuation between its letters), so a shorter secret is replaced
+// verbatim only, wherever it occurs; so is any form with fewer than
+// MinSecretLen letters and digits.
 const MinSecretLen = 8
 
 // minFragmentLen is the shortest line of a multi-line secret that is
@@ -27,10 +32,13 @@ const minFragmentLen = 16
 // Scrubber replaces credentials in text and messages. It is immutable
 // after New and safe for concurrent use.
 type Scrubber struct {
-	exact    *matcher
-	defaults bool
-	extra    []pattern
-	patterns []pattern
+	// exact finds the exact forms byte for byte, norm the normalized
+	// forms in the normalized text (see normalize.go).
+	exact, norm *matcher
+	scanners    sync.Pool
+	defaults    bool
+	extra       []pattern
+	patterns    []pattern
 	// keywords finds, in one pass, which of the first 64 patterns can
 	// match: bit i stands for patterns[i].
 	keywords *matcher
@@ -66,43 +74,57 @@ func WithPatterns(p ...*regexp.Regexp) Option {
 // keys of the common providers, JWTs, Authorization and x-api-key
 // headers, PEM private keys, password=/token=/secret=/api_key= values).
 //
-// For a secret of at least MinSecretLen bytes these forms are replaced
-// too: standard and URL base64 with and without padding, base64 of the
-// secret inside a longer base64 text (at each of the three alignments,
-// e.g. "Basic " auth of "user:secret" or `echo $KEY | base64`), lower-
-// and upper-case hex, URL query and path escaping and JSON string
-// escaping. Each line of at least 16 bytes of a multi-line secret (a PEM
-// key, a service-account JSON) is also replaced on its own, so that the
-// line-based Writer catches it. A secret with leading or trailing white
-// space (a value read from a file with its newline) is also replaced
-// trimmed, with all its forms. Empty secrets are skipped.
+// A secret of at least MinSecretLen bytes is also found transformed and
+// encoded, in a normalized view of the text (see normalize.go) where
+// only letters and digits count, ASCII case folded, and escapes are
+// decoded. So the secret is found
 //
-// All exact forms are found in one pass by an Aho–Corasick automaton
-// (chosen over strings.Replacer, which neither counts replacements nor
-// lets overlaps be resolved other than first-listed-wins). Overlapping
-// matches are merged into one replacement, so when one secret is a prefix
-// of another, or two overlap, the whole run is replaced and no fragment
-// of either is left. Exact values are replaced before the patterns run.
+//   - in any case ("SK_LIVE_...", "sk_live_..." for "sk_Live_...");
+//   - split over lines, with any white space, punctuation or zero-width
+//     characters between its characters ("s-k-_-l-i-v-e", "s k l",
+//     "['s', 'k', ...]"), up to 64 bytes of them at a time;
+//   - with any of its bytes escaped: %hh (URL escaping, whole or in
+//     part), \xhh and \uhhhh (C, Python, JSON);
+//   - as hex, plain or separated ("736b5f", "73:6b:5f", "73 6B",
+//     "\x73\x6b", "%73%6B", "0x73, 0x6b"), and as decimal bytes
+//     ("115, 107, 95");
+//   - as base64 (standard and URL alphabets) and base32 (standard and
+//     extended-hex alphabets), padded or not, in any case, wrapped over
+//     lines, alone or inside a longer encoded text at any alignment (the
+//     "Basic " auth of "user:secret", `echo $KEY | base64`): there only
+//     the characters that depend on the secret alone are looked for,
+//     and padding right after a match is replaced with it;
+//   - each line of at least 16 bytes of a multi-line secret (a PEM key,
+//     a service-account JSON) on its own, as printed alone.
+//
+// An escape just before or after a form can swallow its first or last
+// bytes ("%" before "ab12..." reads as the escape %ab); a form is also
+// looked for without those bytes, and such a match widened over the
+// escapes next to it. A secret with leading or trailing white space (a
+// value read from a file with its newline) is also replaced trimmed.
+// Empty secrets are skipped. Transforms of transforms (the hex of the
+// upper-cased secret, the base64 of its hex) are not looked for.
+//
+// The forms are found in one pass over the text, in time linear in its
+// length whatever the number of secrets: the normalized forms by an
+// Aho–Corasick automaton run over the normalized text as it is read,
+// and the few forms it cannot be sure to find (those of a short secret)
+// by a second automaton over the raw bytes (chosen over
+// strings.Replacer, which neither counts replacements nor lets overlaps
+// be resolved other than first-listed-wins). Overlapping matches are
+// merged into one replacement, so when one secret is a prefix of
+// another, or two overlap, the whole run is replaced and no fragment of
+// either is left; the separators inside a match are replaced with it.
+// Exact values are replaced before the patterns run.
 func New(secrets []string, opts ...Option) *Scrubber {
 	s := &Scrubber{defaults: true}
 	for _, o := range opts {
 		o(s)
 	}
-	seen := map[string]bool{}
-	var forms []string
-	for _, secret := range secrets {
-		vs := variants(secret)
-		if t := strings.TrimSpace(secret); t != secret {
-			vs = append(vs, variants(t)...)
-		}
-		for _, v := range vs {
-			if v != "" && !seen[v] {
-				seen[v] = true
-				forms = append(forms, v)
-			}
-		}
-	}
+	forms, norms, exts := compile(secrets)
 	s.exact = newMatcher(forms)
+	s.norm = newNormMatcher(norms, exts)
+	s.scanners.New = func() any { return newScanner(s.exact, s.norm) }
 	if s.defaults {
 		s.patterns = append(s.patterns, defaultPatterns()...)
 	}
@@ -117,6 +139,46 @@ func New(secrets []string, opts ...Option) *Scrubber {
 	}
 	s.keywords = newKeywordMatcher(kws, masks)
 	return s
+}
+
+// compile returns the exact forms of secrets and their normalized forms
+// with the extent of each, without duplicates.
+func compile(secrets []string) (forms, norms []string, exts []extent) {
+	seen := map[string]bool{}
+	normSeen := map[string]int{}
+	addNorm := func(f string, e extent) {
+		if i, dup := normSeen[f]; dup {
+			exts[i].back = max(exts[i].back, e.back)
+			exts[i].fwd = max(exts[i].fwd, e.fwd)
+			return
+		}
+		normSeen[f] = len(norms)
+		norms = append(norms, f)
+		exts = append(exts, e)
+	}
+	for _, secret := range secrets {
+		vs := variants(secret)
+		if t := strings.TrimSpace(secret); t != secret {
+			vs = append(vs, variants(t)...)
+		}
+		for _, v := range vs {
+			if v == "" || seen[v] {
+				continue
+			}
+			seen[v] = true
+			// A form the normalized pass is sure to find is not also
+			// looked for byte for byte. A short secret is only looked
+			// for byte for byte.
+			if len(secret) >= MinSecretLen && len(v) >= MinSecretLen && normForms(v, addNorm) {
+				continue
+			}
+			forms = append(forms, v)
+		}
+		for _, f := range normVariants(secret) {
+			normForms(f, addNorm)
+		}
+	}
+	return forms, norms, exts
 }
 
 // variants returns the forms of secret to replace.
@@ -202,20 +264,30 @@ func (s *Scrubber) scrub(in string) (string, int) {
 	if in == "" {
 		return in, 0
 	}
-	total := 0
-	if spans := s.exact.find(in); spans != nil {
-		var b strings.Builder
-		b.Grow(len(in))
-		last := 0
-		for _, sp := range spans {
-			b.WriteString(in[last:sp.start])
-			b.WriteString(Redacted)
-			last = sp.end
-		}
-		b.WriteString(in[last:])
-		in = b.String()
-		total = len(spans)
+	in, total := s.exactPass(in)
+	out, n := s.patternPass(in)
+	return out, total + n
+}
+
+// exactPass replaces the exact and normalized forms of the secrets.
+func (s *Scrubber) exactPass(in string) (string, int) {
+	if s.exact == nil && s.norm == nil {
+		return in, 0
 	}
+	sc := s.scanners.Get().(*scanner)
+	defer s.scanners.Put(sc)
+	sc.reset()
+	feed(sc, in, 0, true)
+	if len(sc.spans) == 0 {
+		return in, 0
+	}
+	out := take(sc, make([]byte, 0, len(in)+len(sc.spans)*len(Redacted)), in, 0, len(in))
+	return string(out), sc.taken
+}
+
+// patternPass applies the patterns.
+func (s *Scrubber) patternPass(in string) (string, int) {
+	total := 0
 	if len(s.patterns) == 0 {
 		return in, total
 	}

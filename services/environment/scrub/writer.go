@@ -22,11 +22,16 @@ const (
 )
 
 // Writer returns a writer that scrubs what is written to it and writes
-// the result to w, one complete line at a time, so a secret split across
-// Write calls is still found as long as it does not span a newline.
-// Close scrubs and writes a final line without a newline; it does not
-// close w. Write returns ErrClosed after Close, and once a write to w has
-// failed every later Write and Close returns that error.
+// the result to w. The secrets' forms are found in the stream as a
+// whole, whatever the Write calls and lines they are split over: input
+// is held back while it could be the beginning of one (at most about the
+// longest form, with the separators inside it), and the rest is written
+// one complete line at a time, for the patterns, which match within a
+// line. So a line may wait for the next Write, or Close, when its end
+// could begin a form that continues on the next line.
+// Close scrubs and writes what is held; it does not close w. Write
+// returns ErrClosed after Close, and once a write to w has failed every
+// later Write and Close returns that error.
 //
 // With the default patterns on, a PEM private key block is held from its
 // BEGIN line to its END line and scrubbed as a whole, as String would. A
@@ -39,7 +44,11 @@ const (
 // The returned writer is safe for concurrent use; lines are written in
 // the order their newlines arrive.
 func (s *Scrubber) Writer(w io.Writer) io.WriteCloser {
-	return &lineWriter{s: s, w: w, max: maxLine}
+	lw := &lineWriter{s: s, w: w, max: maxLine}
+	if s.exact != nil || s.norm != nil {
+		lw.sc = newScanner(s.exact, s.norm)
+	}
+	return lw
 }
 
 type lineWriter struct {
@@ -47,7 +56,12 @@ type lineWriter struct {
 	w   io.Writer
 	max int
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// sc finds the secrets' forms in the stream; held is the input it
+	// has not released yet, from offset base on.
+	sc     *scanner
+	held   []byte
+	base   int
 	buf    []byte // the current partial line
 	pem    []byte // the held lines of an open PEM block
 	out    []byte // scrubbed output of the current call
@@ -66,7 +80,35 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 	if lw.closed {
 		return 0, ErrClosed
 	}
-	lw.buf = append(lw.buf, p...)
+	lw.exact(p, false)
+	lw.lines()
+	if err := lw.flush(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// exact feeds p to the scanner and appends what it releases, with the
+// secrets' forms replaced, to the current partial line.
+func (lw *lineWriter) exact(p []byte, final bool) {
+	if lw.sc == nil {
+		lw.buf = append(lw.buf, p...)
+		return
+	}
+	lw.held = append(lw.held, p...)
+	feed(lw.sc, lw.held, lw.base, final)
+	upto := lw.base + len(lw.held)
+	if !final {
+		upto = lw.sc.safe()
+	}
+	lw.buf = take(lw.sc, lw.buf, lw.held, lw.base, upto)
+	lw.held = append(lw.held[:0], lw.held[upto-lw.base:]...)
+	lw.base = upto
+}
+
+// lines handles the complete lines of buf, and cuts an overlong partial
+// one.
+func (lw *lineWriter) lines() {
 	done := 0
 	for {
 		i := bytes.IndexByte(lw.buf[done:], '\n')
@@ -86,10 +128,6 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 		done += cut
 	}
 	lw.buf = append(lw.buf[:0], lw.buf[done:]...)
-	if err := lw.flush(); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }
 
 // Close writes the scrubbed rest: a last line without a newline and a
@@ -104,6 +142,8 @@ func (lw *lineWriter) Close() error {
 		return nil
 	}
 	lw.closed = true
+	lw.exact(nil, true)
+	lw.lines()
 	if len(lw.buf) > 0 {
 		lw.line(lw.buf, "")
 		lw.buf = nil
@@ -155,7 +195,11 @@ func (lw *lineWriter) emitPEM() {
 }
 
 func (lw *lineWriter) emit(text []byte, end string) {
-	out, _ := lw.s.scrub(string(text))
+	out := string(text)
+	if lw.sc == nil {
+		out, _ = lw.s.exactPass(out)
+	}
+	out, _ = lw.s.patternPass(out)
 	lw.out = append(lw.out, out...)
 	lw.out = append(lw.out, end...)
 }
