@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/secbear/neuron/pkg/msgsize"
 )
 
 // Config says how to reach one service.
@@ -41,6 +43,10 @@ type Config struct {
 	// MaxRetries bounds retries of UNAVAILABLE unary calls (0: default 3,
 	// negative: none).
 	MaxRetries int
+	// MaxMsgBytes bounds the messages sent and received (0: msgsize.Max,
+	// the servers' default limits). Raise it with the servers'
+	// --max-recv-msg-bytes and --max-send-msg-bytes.
+	MaxMsgBytes int
 }
 
 // Defaults.
@@ -67,6 +73,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet, name string) {
 	fs.StringVar(&c.KeyFile, name+"-key", c.KeyFile, "client key for mTLS to the "+name+" service")
 	fs.StringVar(&c.TokenFile, name+"-token-file", c.TokenFile, "file holding the bearer token for the "+name+" service")
 	fs.DurationVar(&c.Timeout, name+"-timeout", c.Timeout, "deadline of calls to the "+name+" service that have none")
+	fs.IntVar(&c.MaxMsgBytes, name+"-max-msg-bytes", c.MaxMsgBytes, "largest message sent to or received from the "+name+" service (0: the servers' default, 16 MiB)")
 }
 
 // Dial returns a connection to cfg.Target. It does not block; the first
@@ -84,10 +91,16 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if retries == 0 {
 		retries = DefaultMaxRetries
 	}
+	size := cfg.MaxMsgBytes
+	if size <= 0 {
+		size = msgsize.Max
+	}
 	opts := []grpc.DialOption{
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithStaticStreamWindowSize(streamWindowBytes),
 		grpc.WithStaticConnWindowSize(connWindowBytes),
+		// The servers' limits, not grpc-go's 4 MiB receive default.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
 	}
 	if cfg.Dev || cfg.Plaintext {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/secbear/neuron/pkg/msgsize"
 )
 
 // Config is what every service's server needs. Zero values take the
@@ -37,9 +39,9 @@ type Config struct {
 	Telemetry bool
 }
 
-// Defaults.
+// Defaults. DefaultMaxMsgBytes is msgsize.Max, which grpcclient uses too.
 const (
-	DefaultMaxMsgBytes          = 16 << 20
+	DefaultMaxMsgBytes          = msgsize.Max
 	DefaultMaxConcurrentStreams = 1024
 	DefaultShutdownTimeout      = 10 * time.Second
 )
