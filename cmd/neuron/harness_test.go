@@ -239,8 +239,10 @@ func startUp(t *testing.T, extra ...string) *upProc {
 	return p
 }
 
-// ctxFor is a context bounding one neuron command in a test.
+// ctxFor is a context bounding one neuron command in a test. The
+// binaries are built first: the clock never includes a build.
 func ctxFor(t *testing.T) context.Context {
+	binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
