@@ -4,17 +4,27 @@
 //
 // What the invocation gets:
 //
+//   - its own uid and gid on the host, drawn per invocation from a range
+//     no account uses (it owns nothing there but its workspace), with no
+//     capabilities and no supplementary groups;
+//   - a private root (pivot_root into a tmpfs) holding only its
+//     workspace, the system directories and the operator binary
+//     read-only, and the invocation's egress and state sockets: no other
+//     Unix socket of the host, no /proc, /sys, /run, /var or home
+//     directory exists for it;
+//   - a workspace that is a tmpfs of resources.disk (Config.DiskBytes,
+//     1 GiB, when the spec sets none); filling it is RESOURCE_EXHAUSTED;
 //   - a clean environment: a system PATH, HOME and TMPDIR in its own
 //     directories, the env_var credentials of the spec, and for sidecar
 //     credentials only a provider base URL and a placeholder key; nothing
 //     of the service's own environment;
-//   - file credentials at their paths, read-only, in a private mount
-//     namespace (a tmpfs over the deepest existing ancestor directory,
-//     which must be one the sandbox does not otherwise see, such as /run);
-//   - a Landlock ruleset: its workspace read-write, the system
-//     directories and the operator binary read-only, nothing else (no
-//     home directories, no /proc, no /etc beyond what programs need);
-//   - new user, pid, network, IPC and UTS namespaces: no network but a
+//   - file credentials at their paths, read-only, written into its
+//     private root;
+//   - a Landlock ruleset over the same paths, as a second layer;
+//   - a seccomp filter (no new namespaces, no raw, packet or netlink
+//     sockets, no mount, ptrace, bpf, ...: see pkg/sandbox) and no
+//     descriptor of the service's beyond its stdio;
+//   - new pid, network, IPC and UTS namespaces: no network but a
 //     loopback that is down, no view of the host's processes;
 //   - a cgroup capping memory, processes and CPU bandwidth, and rlimits
 //     for CPU time, file size and open files;
@@ -27,9 +37,9 @@
 // is in $NEURON_EGRESS_SOCKET for tools.
 //
 // A spec the backend cannot enforce is refused before anything starts:
-// another isolation kind, GPUs, a disk quota, or a host without Landlock
-// or a usable cgroup; a file credential whose path cannot be placed (it
-// exists on the host, or its directory holds what the sandbox needs) is
+// another isolation kind, GPUs, or a host without Landlock, a usable
+// cgroup or root (which switching uids and mounting the workspace need);
+// a file credential whose path lies in what the sandbox is granted is
 // refused when the run starts.
 package process
 

@@ -123,7 +123,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.defaultMemory, "default-memory", "2Gi", "memory limit of a run whose spec sets none (quantity, e.g. 512Mi)")
 	fs.UintVar(&f.defaultProcs, "default-max-processes", uint(d.Limits.MaxProcesses), "process limit of a run whose spec sets none")
 	fs.Uint64Var(&f.defaultOutput, "default-max-output-bytes", d.Limits.MaxOutputBytes, "output read back from a run whose spec sets none")
-	fs.StringVar(&f.defaultDisk, "default-disk", "1Gi", "disk cap of a docker or kubernetes run whose spec sets none (docker: the workspace's size; kubernetes: ephemeral storage and the workspace's sizeLimit)")
+	fs.StringVar(&f.defaultDisk, "default-disk", "1Gi", "disk cap of a run whose spec sets no resources.disk (process and docker: the workspace tmpfs's size; kubernetes: ephemeral storage and the workspace's sizeLimit)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", environment.DefaultMaxConcurrent, "most invocations run at once; a Run past it is RESOURCE_EXHAUSTED at once, never queued")
 	fs.StringVar(&f.staticHosts, "egress-static-hosts", "", "comma-separated host=ip:port pins for the egress proxy, trusted as given (e.g. an internal model gateway)")
 	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback")
@@ -297,6 +297,10 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 		return fail(fmt.Errorf("--container-backend %q: want docker or kubernetes", f.container))
 	}
 	opArgs := strings.Fields(f.operatorArgs)
+	disk, err := resource.ParseQuantity(f.defaultDisk)
+	if err != nil || disk.Sign() <= 0 || disk.Value() <= 0 {
+		return fail(fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk))
+	}
 	if want["process"] {
 		bin, err := operatorBinary(f.operatorBinary)
 		if err != nil {
@@ -307,6 +311,7 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 			OperatorArgs:   opArgs,
 			WorkDir:        filepath.Join(f.dataDir, "work"),
 			ReadOnly:       splitList(f.readOnly),
+			DiskBytes:      disk.Value(),
 			Log:            log,
 		})
 		if err != nil {
@@ -334,14 +339,7 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 	}
 	// The container backends' own defaults, for what neither a spec nor
 	// the service's defaults bound.
-	var containerLimits environment.Limits
-	if want["docker"] || want["kubernetes"] {
-		q, err := resource.ParseQuantity(f.defaultDisk)
-		if err != nil || q.Sign() <= 0 || q.Value() <= 0 {
-			return fail(fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk))
-		}
-		containerLimits.DiskBytes = q.Value()
-	}
+	containerLimits := environment.Limits{DiskBytes: disk.Value()}
 	if want["docker"] {
 		b, err := docker.New(docker.Config{
 			Host:          f.dockerHost,
