@@ -7,6 +7,7 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/services/environment/scrub"
 )
 
 // Backend runs invocations in one kind of isolation. The server picks a
@@ -71,8 +72,11 @@ type Invocation struct {
 	// connections and streams. Nil when the service has no state service
 	// configured. Call stop when the run ends.
 	State func(path string) (stop func(), err error)
-	// Log is a logger carrying the invocation id.
+	// Log is a logger carrying the invocation id; it scrubs the
+	// invocation's injected values from every record.
 	Log *slog.Logger
+
+	scrubber *scrub.Scrubber
 }
 
 // Credential is one resolved credential.

@@ -159,11 +159,7 @@ func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*envir
 	if err != nil {
 		return nil, err
 	}
-	var secrets []string
-	for _, c := range inv.Credentials {
-		secrets = append(secrets, c.Value)
-	}
-	scrubber := scrub.New(secrets)
+	scrubber := inv.scrubber
 
 	// The backend enforces inv.Timeout itself and reports it; this
 	// context is only a safety net against a backend that hangs.
@@ -267,6 +263,11 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		return nil, nil, fmt.Errorf("encoding the input: %v: %w", err, errs.Internal)
 	}
 	id := newID()
+	var secrets []string
+	for _, c := range creds {
+		secrets = append(secrets, c.Value)
+	}
+	scrubber := scrub.New(secrets)
 	inv := &Invocation{
 		ID:          id,
 		Input:       req.GetInput(),
@@ -276,7 +277,11 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		Timeout:     timeout,
 		Network:     network,
 		Credentials: creds,
-		Log:         s.cfg.Log.With("invocation", id),
+		// Whatever this invocation logs, here or in its backend, bridge
+		// and egress proxy, is scrubbed of its injected values: a
+		// sandbox can choose a credential as a key or a host name.
+		Log:      slog.New(scrub.NewHandler(s.cfg.Log.Handler(), scrubber)).With("invocation", id),
+		scrubber: scrubber,
 	}
 	if s.cfg.State != nil {
 		// The bridge reads only the scopes this invocation owns: its
