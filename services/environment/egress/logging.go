@@ -1,17 +1,13 @@
 package egress
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
-
-	"github.com/secbear/neuron/services/environment/scrub"
 )
 
 // What the proxy logs about a request is chosen by the client inside the
@@ -24,67 +20,10 @@ import (
 //     the spec or the administrator (rule hosts, credential hosts, pinned
 //     hosts) and IP literals are logged as they are.
 //   - Every log record, including net/http's own error lines, goes
-//     through a scrub.Scrubber built from the invocation's secrets
-//     (Config.Secrets, the credential values, and their lower-case forms,
-//     since host names are lower-cased), which also replaces anything
-//     shaped like a credential.
-
-// scrubHandler is a slog.Handler that scrubs every message and attribute
-// before passing the record on.
-type scrubHandler struct {
-	next slog.Handler
-	s    *scrub.Scrubber
-}
-
-// Enabled implements slog.Handler.
-func (h scrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.next.Enabled(ctx, l)
-}
-
-// Handle implements slog.Handler.
-func (h scrubHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, h.s.String(r.Message), r.PC)
-	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(h.attr(a))
-		return true
-	})
-	return h.next.Handle(ctx, out)
-}
-
-// WithAttrs implements slog.Handler.
-func (h scrubHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	out := make([]slog.Attr, len(as))
-	for i, a := range as {
-		out[i] = h.attr(a)
-	}
-	return scrubHandler{next: h.next.WithAttrs(out), s: h.s}
-}
-
-// WithGroup implements slog.Handler.
-func (h scrubHandler) WithGroup(name string) slog.Handler {
-	return scrubHandler{next: h.next.WithGroup(name), s: h.s}
-}
-
-// attr scrubs a's value: strings, and anything else that prints as text
-// (errors, Stringers) as its text. Numbers, booleans, times and durations
-// are kept.
-func (h scrubHandler) attr(a slog.Attr) slog.Attr {
-	v := a.Value.Resolve()
-	switch v.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, h.s.String(v.String()))
-	case slog.KindAny:
-		return slog.String(a.Key, h.s.String(fmt.Sprint(v.Any())))
-	case slog.KindGroup:
-		g := v.Group()
-		out := make([]any, len(g))
-		for i, ga := range g {
-			out[i] = h.attr(ga)
-		}
-		return slog.Group(a.Key, out...)
-	}
-	return slog.Attr{Key: a.Key, Value: v}
-}
+//     through scrub.NewHandler with a Scrubber built from the invocation's
+//     secrets (Config.Secrets and the credential values; it finds them in
+//     any case, as host names are lower-cased), which also replaces
+//     anything shaped like a credential.
 
 // logDest renders t for the logs and Stats. IP literals, and names the
 // spec or the administrator wrote (exact rule hosts, credential hosts,

@@ -90,8 +90,9 @@ type Config struct {
 	// Secrets are the values the proxy's logs must never contain: every
 	// value injected into the invocation, whatever its injection. The
 	// Credentials' values are added. Each is replaced in every log record
-	// (with its encodings, and lower-cased, as host names are), as is
-	// anything shaped like a credential (see package scrub).
+	// (in any case, as host names are lower-cased, and with its
+	// encodings), as is anything shaped like a credential (see package
+	// scrub).
 	Secrets []string
 }
 
@@ -197,12 +198,7 @@ func New(cfg Config) (*Proxy, error) {
 	for _, c := range cfg.Credentials {
 		secrets = append(secrets, c.Value)
 	}
-	for _, v := range secrets { // the range is evaluated once
-		if l := strings.ToLower(v); l != v {
-			secrets = append(secrets, l)
-		}
-	}
-	p.log = slog.New(scrubHandler{next: p.log.Handler(), s: scrub.New(secrets)})
+	p.log = slog.New(scrub.NewHandler(p.log.Handler(), scrub.New(secrets)))
 	if _, err := rand.Read(p.logKey[:]); err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
