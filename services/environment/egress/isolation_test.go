@@ -102,6 +102,32 @@ func TestNamesResolvedOnlyWhenAllowedByName(t *testing.T) {
 	}
 }
 
+// The resolver is behind a second lock: a name decide did not clear is
+// never looked up, whoever asks.
+func TestResolveRefusesUnclearedNames(t *testing.T) {
+	res := newResolver(map[string]string{"x.test": "93.184.216.34"})
+	p, err := New(Config{Policy: Policy{DefaultAllow: true}, Resolver: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, _ := p.parseTarget("x.test:443", 0)
+	if _, err := p.resolve(t.Context(), tg); !errors.Is(err, errNoLookup) {
+		t.Errorf("resolve before decide: %v, want errNoLookup", err)
+	}
+	if ref, err := p.check(t.Context(), tg); ref != nil || !errors.Is(err, errNoLookup) {
+		t.Errorf("check before decide: %+v, %v; want errNoLookup", ref, err)
+	}
+	if got := res.lookups(); len(got) != 0 {
+		t.Errorf("looked up %q", got)
+	}
+	if ref, err := p.decide(t.Context(), tg); ref != nil || err != nil || !tg.lookup {
+		t.Fatalf("decide under default allow: %+v, %v, cleared %v", ref, err, tg.lookup)
+	}
+	if addrs, err := p.resolve(t.Context(), tg); err != nil || len(addrs) != 1 {
+		t.Errorf("resolve after decide cleared it: %v, %v", addrs, err)
+	}
+}
+
 func TestResolutionAndDialErrorsHideDetails(t *testing.T) {
 	closed := freeLoopbackPort(t)
 	r := startProxy(t, Config{
