@@ -51,11 +51,9 @@ func TestFailClosed(t *testing.T) {
 			codes.FailedPrecondition, []string{"custom:acme.dev/enclave"}},
 		{"gpu", &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Gpu: proto.String("1")}},
 			codes.FailedPrecondition, []string{"GPU"}},
-		{"disk quota", &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Disk: proto.String("1Gi")}},
-			codes.FailedPrecondition, []string{"disk"}},
-		{"file credential over a host file", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
-			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/etc/hostname"}}}}}},
-			codes.FailedPrecondition, []string{"file credential", "exists on the host"}},
+		{"file credential over a granted system file", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
+			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/etc/passwd"}}}}}},
+			codes.FailedPrecondition, []string{"file credential", "granted"}},
 		{"file credential hiding system files", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
 			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/usr/local/neuron-secret/k"}}}}}},
 			codes.FailedPrecondition, []string{"file credential", "granted"}},

@@ -24,10 +24,11 @@ import (
 // means the host supports it.
 func fakeHost(t *testing.T, landlock, cgroup error) {
 	t.Helper()
-	ll, cg := landlockSupported, cgroupSupported
-	t.Cleanup(func() { landlockSupported, cgroupSupported = ll, cg })
+	ll, cg, rp := landlockSupported, cgroupSupported, rootProbe
+	t.Cleanup(func() { landlockSupported, cgroupSupported, rootProbe = ll, cg, rp })
 	landlockSupported = func() error { return landlock }
 	cgroupSupported = func() error { return cgroup }
+	rootProbe = func() error { return nil }
 }
 
 // newBackend returns a process backend whose work directory is returned
@@ -103,6 +104,14 @@ func TestCheckRefusesHostWithoutLandlock(t *testing.T) {
 func TestCheckRefusesHostWithoutCgroup(t *testing.T) {
 	fakeHost(t, nil, fmt.Errorf("%w: no writable cgroup v2 hierarchy (test host)", sandbox.ErrUnsupported))
 	refuses(t, "caps memory and processes with a cgroup, which this host cannot give it", "test host")
+}
+
+// A service that is not root cannot give an invocation its own uid and
+// a capped workspace: it refuses rather than run one as itself.
+func TestCheckRefusesNonRootService(t *testing.T) {
+	fakeHost(t, nil, nil)
+	rootProbe = func() error { return fmt.Errorf("it runs as uid 1000 (test host)") }
+	refuses(t, "needs the service to run as root", "uid 1000 (test host)")
 }
 
 // Landlock is probed first: a host lacking both is told about Landlock.
