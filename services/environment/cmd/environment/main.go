@@ -126,7 +126,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.defaultDisk, "default-disk", "1Gi", "disk cap of a run whose spec sets no resources.disk (process and docker: the workspace tmpfs's size; kubernetes: ephemeral storage and the workspace's sizeLimit)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", environment.DefaultMaxConcurrent, "most invocations run at once; a Run past it is RESOURCE_EXHAUSTED at once, never queued")
 	fs.StringVar(&f.staticHosts, "egress-static-hosts", "", "comma-separated host=ip:port pins for the egress proxy, trusted as given (e.g. an internal model gateway)")
-	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback")
+	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback; the host's own addresses stay refused unless listed exactly (/32, /128)")
 	fs.StringVar(&f.egressCA, "egress-ca-file", "", "extra CA bundle the egress proxy trusts for credentialed hosts")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
