@@ -54,7 +54,8 @@ func DecodeOutput(stdout, stderr []byte, exitCode int) (*operatorv1.OperatorOutp
 }
 
 // LastLine is the last non-empty line of b (an operator's stderr), at
-// most 500 bytes, for error messages.
+// most 500 bytes, for error messages. It is valid UTF-8 (each byte that
+// is not, a U+FFFD): a status message must be.
 func LastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	s := strings.TrimSpace(lines[len(lines)-1])
@@ -64,7 +65,7 @@ func LastLine(b []byte) string {
 	if len(s) > 500 {
 		s = s[:500] + "..."
 	}
-	return s
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // SidecarPlaceholder is the API key the operator is given for a

@@ -4,17 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/msgsize"
 )
 
 // MaxOneShotInput bounds the OperatorInput read from stdin in one-shot
-// mode, like the server's message size limit.
-const MaxOneShotInput = 16 << 20
+// mode: the servers' message size limit.
+const MaxOneShotInput = msgsize.Max
 
 // One-shot exit codes. A status error exits with ExitStatusBase plus its
 // gRPC code (e.g. 24 for UNAVAILABLE), so a shell can tell them apart.
@@ -31,21 +34,20 @@ const (
 // stderr one line for a person. It returns the process exit code. This is
 // how the environment service runs an operator inside isolation: only
 // data crosses the boundary.
+//
+// A failure always writes a Status, even when the error's text quotes
+// input that is not UTF-8 (it is made valid, each bad byte a U+FFFD) or
+// when the output itself cannot be encoded (an INTERNAL Status); only a
+// stdout that cannot be written leaves it empty.
 func RunOneShot(ctx context.Context, op *Operator, stdin io.Reader, stdout, stderr io.Writer) int {
 	out, err := oneShot(ctx, op, stdin)
 	if err != nil {
-		st := errs.ToStatus(err)
-		b, merr := protojson.Marshal(st.Proto())
-		if merr == nil {
-			_, _ = stdout.Write(append(b, '\n'))
-		}
-		fmt.Fprintf(stderr, "operator: %s: %s\n", st.Code(), st.Message())
-		return ExitStatusBase + int(st.Code())
+		return writeStatus(stdout, stderr, err)
 	}
 	b, err := protojson.Marshal(out)
 	if err != nil {
-		fmt.Fprintf(stderr, "operator: encoding output: %v\n", err)
-		return ExitStatusBase + int(errs.Internal.Code())
+		fmt.Fprintf(stderr, "operator: encoding output: %s\n", strings.ToValidUTF8(err.Error(), "\uFFFD"))
+		return writeStatus(stdout, stderr, fmt.Errorf("encoding the output: %w", errs.Internal))
 	}
 	if _, err := stdout.Write(append(b, '\n')); err != nil {
 		fmt.Fprintf(stderr, "operator: writing output: %v\n", err)
@@ -55,6 +57,26 @@ func RunOneShot(ctx context.Context, op *Operator, stdin io.Reader, stdout, stde
 		return ExitNotDone
 	}
 	return ExitComplete
+}
+
+// writeStatus writes err as a google.rpc.Status on stdout and a line on
+// stderr, and returns the exit code. The message is made valid UTF-8
+// first (protojson refuses to encode anything else); should the details
+// still not encode, the Status goes without them.
+func writeStatus(stdout, stderr io.Writer, err error) int {
+	st := errs.ToStatus(err)
+	p := st.Proto()
+	p.Message = strings.ToValidUTF8(p.Message, "\uFFFD")
+	b, merr := protojson.Marshal(p)
+	if merr != nil {
+		b, merr = protojson.Marshal(&status.Status{Code: p.GetCode(), Message: p.GetMessage()})
+	}
+	if merr != nil {
+		b = []byte(fmt.Sprintf(`{"code":%d}`, p.GetCode()))
+	}
+	_, _ = stdout.Write(append(b, '\n'))
+	fmt.Fprintf(stderr, "operator: %s: %s\n", st.Code(), p.GetMessage())
+	return ExitStatusBase + int(st.Code())
 }
 
 func oneShot(ctx context.Context, op *Operator, stdin io.Reader) (*operatorv1.OperatorOutput, error) {
