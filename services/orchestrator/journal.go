@@ -644,7 +644,8 @@ func (j *Journal) issueToken(last []byte, status orchestratorv1.WorkflowStatus) 
 
 func (j *Journal) openToken(token string, status orchestratorv1.WorkflowStatus) ([]byte, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
-	if err != nil || len(raw) < 2+8+sha256.Size || raw[0] != tokenVersion {
+	// Only the token as issued: the decoder skips line breaks.
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != token || len(raw) < 2+8+sha256.Size || raw[0] != tokenVersion {
 		return nil, fmt.Errorf("page_token is malformed; pass the next_page_token of the previous page unchanged: %w", errs.InvalidArgument)
 	}
 	p, sum := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]

@@ -498,7 +498,8 @@ func (s *TemporalServer) ListWorkflows(ctx context.Context, req *orchestratorv1.
 	var token []byte
 	if t := req.GetPageToken(); t != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(t)
-		if err != nil || len(raw) < 2 || orchestratorv1.WorkflowStatus(raw[0]) != want {
+		// Only the token as issued: the decoder skips line breaks.
+		if err != nil || base64.RawURLEncoding.EncodeToString(raw) != t || len(raw) < 2 || orchestratorv1.WorkflowStatus(raw[0]) != want {
 			return nil, errBadToken
 		}
 		token = raw[1:]

@@ -13,7 +13,9 @@ import (
 //
 //	version(1) | sha256(scope)[:16] | sha256(prefix)[:16] | last key | hmac(32)
 //
-// base64url-encoded, where hmac is HMAC-SHA256 under a secret of the store
+// base64url-encoded without padding (and only so: a token that is not
+// exactly the encoding of its bytes, e.g. with a line break inserted, is
+// malformed), where hmac is HMAC-SHA256 under a secret of the store
 // (kept in the bbolt meta bucket, or made per process by the memory
 // backend) over everything before it. A token that was altered, issued by
 // another store, or issued for another scope or prefix is rejected with
@@ -61,7 +63,9 @@ func (t tokenSigner) issue(scopeEnc []byte, prefix, lastKey string) string {
 // open checks token and returns the last key it carries.
 func (t tokenSigner) open(token string, scopeEnc []byte, prefix string) (string, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
-	if err != nil || len(raw) < tokenHeader+macLen || raw[0] != tokenVersion {
+	// The decoder skips line breaks: a token is taken only as issued,
+	// the one encoding of its bytes.
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != token || len(raw) < tokenHeader+macLen || raw[0] != tokenVersion {
 		return "", fmt.Errorf("page_token is malformed; pass the next_page_token of the previous page unchanged: %w", errs.InvalidArgument)
 	}
 	payload, sum := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
