@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -89,7 +90,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	unary = append(unary, audit.UnaryServerInterceptor(audit.WithLogger(log)))
 	// The server before any file is made: a bad security config fails first.
-	srv, err := grpcserver.New(srvCfg, log, grpcserver.WithInterceptors(unary, nil))
+	// Its call log never quotes the caller's keys (state.CallLogHandler).
+	srvLog := slog.New(state.CallLogHandler(log.Handler()))
+	srv, err := grpcserver.New(srvCfg, srvLog, grpcserver.WithInterceptors(unary, nil))
 	if err != nil {
 		return err
 	}
