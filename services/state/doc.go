@@ -17,6 +17,8 @@
 //   - memory.go: an in-memory backend with the same semantics, not
 //     durable, for tests and the conformance suite.
 //   - text.go: the text of a JSON value and search snippets.
+//   - logging.go: CallLogHandler, which keeps the caller's keys out of
+//     the server's call log.
 //
 // Keys are stored under scope.Encode(scope) + key, an injective and
 // prefix-free composition, so no key, whatever it contains, is visible
