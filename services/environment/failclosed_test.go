@@ -51,9 +51,17 @@ func TestFailClosed(t *testing.T) {
 			codes.FailedPrecondition, []string{"custom:acme.dev/enclave"}},
 		{"gpu", &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Gpu: proto.String("1")}},
 			codes.FailedPrecondition, []string{"GPU"}},
-		{"file credential over a granted system file", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
-			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/etc/passwd"}}}}}},
-			codes.FailedPrecondition, []string{"file credential", "granted"}},
+		{"file credential over the users file", fileSpec("/etc/passwd"), codes.FailedPrecondition, []string{`"/etc/passwd"`, "users"}},
+		{"file credential as the loader's preload list", fileSpec("/etc/ld.so.preload"), codes.FailedPrecondition, []string{"dynamic loader"}},
+		{"file credential under /proc", fileSpec("/proc/self/environ"), codes.FailedPrecondition, []string{"/proc"}},
+		{"file credential over a system directory", fileSpec("/usr/bin"), codes.FailedPrecondition, []string{"system directory"}},
+		{"file credential in the workspace's grants", fileSpec("/usr/lib/neuron-secret"), codes.FailedPrecondition, []string{"file credential", "granted"}},
+		{"credential as LD_PRELOAD", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{envCred("k", "LD_PRELOAD")}},
+			codes.FailedPrecondition, []string{"LD_PRELOAD", "dynamic loader"}},
+		{"credential as PATH", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{envCred("k", "path")}},
+			codes.FailedPrecondition, []string{`"path"`, "programs run"}},
+		{"credential as BASH_ENV", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{envCred("k", "BASH_ENV")}},
+			codes.FailedPrecondition, []string{"BASH_ENV"}},
 		{"file credential hiding system files", &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{Name: "k", Injection: &environmentv1.CredentialInjection{
 			Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: "/usr/local/neuron-secret/k"}}}}}},
 			codes.FailedPrecondition, []string{"file credential", "granted"}},
@@ -138,4 +146,10 @@ func TestLocalBackend(t *testing.T) {
 	// With no process boundary configured, a process spec names the gap.
 	_, err = es.Run(ctx, &environmentv1.RunRequest{Input: in, Spec: boundary(&environmentv1.IsolationBoundary{Kind: &environmentv1.IsolationBoundary_Process{Process: &environmentv1.ProcessIsolation{}}})})
 	wantCode(t, err, codes.FailedPrecondition, "no process backend")
+}
+
+
+// fileSpec is a spec injecting credential "k" as a file at path.
+func fileSpec(path string) *environmentv1.EnvironmentSpec {
+	return &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{fileCred("k", path)}}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"strings"
 	"time"
 
@@ -230,16 +231,22 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		c := Credential{Name: ref.GetName(), Injection: ref.GetInjection()}
 		switch m := c.Injection.GetMethod().(type) {
 		case *environmentv1.CredentialInjection_EnvVar:
-			if v := m.EnvVar.GetVarName(); vars[v] {
+			v := m.EnvVar.GetVarName()
+			if vars[v] {
 				return nil, nil, fmt.Errorf("credentials[%d]: environment variable %s is injected twice: %w", i, v, errs.InvalidArgument)
-			} else {
-				vars[v] = true
+			}
+			vars[v] = true
+			if why := RefusedEnv(v); why != "" {
+				return nil, nil, fmt.Errorf("credentials[%d]: environment variable %q %s; no credential sets it, choose another name: %w", i, v, why, errs.FailedPrecondition)
 			}
 		case *environmentv1.CredentialInjection_File:
-			if p := m.File.GetPath(); paths[p] {
+			p := m.File.GetPath()
+			if paths[p] {
 				return nil, nil, fmt.Errorf("credentials[%d]: file %s is injected twice: %w", i, p, errs.InvalidArgument)
-			} else {
-				paths[p] = true
+			}
+			paths[p] = true
+			if why := RefusedFile(path.Clean(p)); why != "" {
+				return nil, nil, fmt.Errorf("credentials[%d]: file path %q %s; choose a path such as /run/secrets/NAME: %w", i, p, why, errs.FailedPrecondition)
 			}
 		case *environmentv1.CredentialInjection_Sidecar:
 			if h := m.Sidecar.GetHeader(); h != "" && !validHeader(h) {

@@ -131,7 +131,7 @@ func hostileSpecs() []attackSpec {
 		{"file at /etc/ld.so.preload", creds("key", fileInj("/etc/ld.so.preload")), fp, []string{"dynamic loader"}},
 		{"file in /etc/ld.so.conf.d", creds("key", fileInj("/etc/ld.so.conf.d/evil.conf")), fp, []string{"dynamic loader"}},
 		{"file over the CA bundle", creds("key", fileInj("/etc/ssl/certs/ca-certificates.crt")), fp, []string{"certificates"}},
-		{"file at /etc/hosts", creds("key", fileInj("/etc/hosts")), fp, []string{"container engine"}},
+		{"file at /etc/hosts", creds("key", fileInj("/etc/hosts")), fp, []string{"container runtime"}},
 		{"file over the operator", creds("key", fileInj("/operator")), fp, []string{"needs"}},
 		{"file over the workspace", creds("key", fileInj("/workspace")), fp, []string{"needs"}},
 		{"file over the egress socket", creds("key", fileInj("/run/neuron/egress.sock")), fp, []string{"/run/neuron"}},

@@ -250,7 +250,7 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 
 // checkCredentials refuses, with FAILED_PRECONDITION, credentials the
 // backend will not place: a file at a path checkFilePath refuses or that
-// another file credential uses, an environment variable refusedEnv
+// another file credential uses, an environment variable environment.RefusedEnv
 // refuses or that another credential sets.
 func (b *Backend) checkCredentials(creds []environment.Credential) error {
 	paths, vars := map[string]bool{}, map[string]bool{}
@@ -267,7 +267,7 @@ func (b *Backend) checkCredentials(creds []environment.Credential) error {
 			paths[p] = true
 		case *environmentv1.CredentialInjection_EnvVar:
 			v := m.EnvVar.GetVarName()
-			if why := refusedEnv(v); why != "" {
+			if why := environment.RefusedEnv(v); why != "" {
 				return fmt.Errorf("credentials[%d] (%s): environment variable %q %s; the docker backend does not set it from a credential, choose another name: %w", i, c.Name, v, why, errs.FailedPrecondition)
 			}
 			if vars[v] {
@@ -298,15 +298,15 @@ func (b *Backend) checkFilePath(p string) error {
 			return fmt.Errorf("file path %q would cover a path the docker backend needs", p)
 		}
 	}
-	if isSystemDir(p) || strings.HasPrefix(b.operatorPath, p+"/") {
+	if environment.IsSystemDir(p) || strings.HasPrefix(b.operatorPath, p+"/") {
 		return fmt.Errorf("file path %q would cover a system directory of the container", p)
 	}
-	for _, dir := range append([]string{EgressDir, path.Dir(StateSocket)}, runtimeDirs...) {
+	for _, dir := range append([]string{EgressDir, path.Dir(StateSocket)}, environment.RuntimeDirs...) {
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			return fmt.Errorf("file path %q is under %s, which the docker backend or the runtime owns", p, dir)
 		}
 	}
-	if why := refusedFile(p); why != "" {
+	if why := environment.RefusedFile(p); why != "" {
 		return fmt.Errorf("file path %q %s", p, why)
 	}
 	return nil

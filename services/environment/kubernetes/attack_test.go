@@ -84,7 +84,7 @@ func hostileSpecs() []attackSpec {
 		{"file at /etc/shadow", creds("key", fileInj("/etc/shadow")), fp, "users"},
 		{"file at /etc/ld.so.preload", creds("key", fileInj("/etc/ld.so.preload")), fp, "dynamic loader"},
 		{"file over the CA bundle", creds("key", fileInj("/etc/ssl/certs/ca-certificates.crt")), fp, "certificates"},
-		{"file at /etc/resolv.conf", creds("key", fileInj("/etc/resolv.conf")), fp, "kubelet"},
+		{"file at /etc/resolv.conf", creds("key", fileInj("/etc/resolv.conf")), fp, "container runtime"},
 		{"file over the input", creds("key", fileInj("/input/input.json")), fp, "/input"},
 		{"file over the workspace", creds("key", fileInj("/workspace")), fp, "/workspace"},
 		{"file over the operator", creds("key", fileInj("/operator")), fp, "operator binary"},

@@ -258,7 +258,7 @@ func (b *Backend) secretRef(name string) (secret, key string) {
 // checkCredentials refuses credentials a pod cannot, or may not, receive
 // by reference: a name that is not a Secret (and key) of the namespace,
 // the backend's own input Secrets, a Secret outside
-// Config.CredentialSecrets (NOT_FOUND), a variable refusedEnv refuses or
+// Config.CredentialSecrets (NOT_FOUND), a variable environment.RefusedEnv refuses or
 // that another credential sets, a file path checkFilePath refuses or
 // that another credential uses.
 func (b *Backend) checkCredentials(creds []environment.Credential) error {
@@ -288,7 +288,7 @@ func (b *Backend) checkCredentials(creds []environment.Credential) error {
 			if msgs := validation.IsEnvVarName(v); len(msgs) > 0 {
 				return fmt.Errorf("credential %q: %q is not an environment variable name: %w", c.Name, v, errs.FailedPrecondition)
 			}
-			if why := refusedEnv(v); why != "" {
+			if why := environment.RefusedEnv(v); why != "" {
 				return fmt.Errorf("credential %q: environment variable %q %s; the kubernetes backend does not set it from a credential, choose another name: %w", c.Name, v, why, errs.FailedPrecondition)
 			}
 			if vars[v] {
@@ -331,15 +331,15 @@ func (b *Backend) checkFilePath(p string) error {
 	if p == b.cfg.OperatorPath {
 		return fmt.Errorf("file path %q would cover the operator binary", p)
 	}
-	if isSystemDir(p) || strings.HasPrefix(b.cfg.OperatorPath, p+"/") {
+	if environment.IsSystemDir(p) || strings.HasPrefix(b.cfg.OperatorPath, p+"/") {
 		return fmt.Errorf("file path %q would cover a system directory of the container", p)
 	}
-	for _, dir := range runtimeDirs {
+	for _, dir := range environment.RuntimeDirs {
 		if strings.HasPrefix(p, dir+"/") {
 			return fmt.Errorf("file path %q is under %s, which the runtime owns", p, dir)
 		}
 	}
-	if why := refusedFile(p); why != "" {
+	if why := environment.RefusedFile(p); why != "" {
 		return fmt.Errorf("file path %q %s", p, why)
 	}
 	return nil
