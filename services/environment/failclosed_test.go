@@ -148,7 +148,6 @@ func TestLocalBackend(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "no process backend")
 }
 
-
 // fileSpec is a spec injecting credential "k" as a file at path.
 func fileSpec(path string) *environmentv1.EnvironmentSpec {
 	return &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{fileCred("k", path)}}
