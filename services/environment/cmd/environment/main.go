@@ -82,6 +82,7 @@ type flags struct {
 	gvisorRuntime string
 	kubeNamespace string
 	kubeconfig    string
+	kubeSecrets   string
 
 	// defaults and ceilings
 	defaultTimeout time.Duration
@@ -118,6 +119,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.gvisorRuntime, "gvisor-runtime", "", "enforce the gvisor boundary with this OCI runtime (docker, e.g. runsc) or RuntimeClass (kubernetes, e.g. gvisor); empty: gvisor specs are refused")
 	fs.StringVar(&f.kubeNamespace, "kube-namespace", "", "namespace of the invocation Jobs (default: the pod's own namespace)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
+	fs.StringVar(&f.kubeSecrets, "kube-credential-secrets", "", "comma-separated Secrets of the namespace that specs may name as credentials (kubernetes backend); empty allows any Secret but the backend's own, including ones that are not credentials (TLS keys, database passwords)")
 	fs.DurationVar(&f.defaultTimeout, "default-timeout", d.Timeout, "wall-clock limit of a run whose spec sets none")
 	fs.DurationVar(&f.maxTimeout, "max-timeout", d.MaxTimeout, "longest timeout a spec may ask for")
 	fs.StringVar(&f.defaultMemory, "default-memory", "2Gi", "memory limit of a run whose spec sets none (quantity, e.g. 512Mi)")
@@ -368,6 +370,7 @@ func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error
 			OperatorArgs:       opArgs,
 			RuntimeClassGvisor: f.gvisorRuntime,
 			DefaultLimits:      containerLimits,
+			CredentialSecrets:  splitList(f.kubeSecrets),
 			Log:                log,
 		})
 		if err != nil {
