@@ -107,6 +107,10 @@ func build(pats []string, masks []uint64, ext []extent) *matcher {
 		m.back = make([]uint8, 0, states)
 		m.fwd = make([]uint8, 0, states)
 	}
+	row := make([]int32, n) // an empty row: no transition yet
+	for i := range row {
+		row[i] = -1
+	}
 	newState := func(depth int32) int32 {
 		s := int32(len(m.out))
 		m.out = append(m.out, 0)
@@ -115,9 +119,7 @@ func build(pats []string, masks []uint64, ext []extent) *matcher {
 			m.back = append(m.back, 0)
 			m.fwd = append(m.fwd, 0)
 		}
-		for range n {
-			m.delta = append(m.delta, -1)
-		}
+		m.delta = append(m.delta, row...)
 		return s
 	}
 	newState(0) // root
