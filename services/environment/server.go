@@ -198,14 +198,11 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 	if req.GetInput() == nil || spec == nil {
 		return nil, nil, fmt.Errorf("input and spec are required: %w", errs.InvalidArgument)
 	}
-	timeout := s.cfg.Defaults.Timeout
-	if spec.Timeout != nil {
-		timeout = spec.GetTimeout().AsDuration()
-		if max := s.cfg.Defaults.MaxTimeout; max > 0 && timeout > max {
-			return nil, nil, fmt.Errorf("spec.timeout %v is longer than this service allows (%v): %w", timeout, max, errs.InvalidArgument)
-		}
+	timeout, err := s.cfg.Defaults.ParseTimeout(spec)
+	if err != nil {
+		return nil, nil, err
 	}
-	limits, err := ParseLimits(spec.GetResources(), s.cfg.Defaults.Limits)
+	limits, err := s.cfg.Defaults.ParseLimits(spec.GetResources())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -198,9 +198,16 @@ func TestRunRefusesQuantitiesOutOfRange(t *testing.T) {
 		{"cpu below the CFS minimum", cpu("1m"), "resources.cpu"},
 		{"processes above the kernel's limit", procs(math.MaxUint32), "resources.max_processes"},
 		{"invalid cpu_time", cpuTime(&durationpb.Duration{Seconds: 1, Nanos: -5}), "resources.cpu_time"},
+		{"memory above the service's ceiling", mem("65Gi"), "resources.memory"},
+		{"memory below the floor", mem("1Mi"), "resources.memory"},
+		{"invalid timeout", nil, "spec.timeout"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.run(t, "hello", &environmentv1.EnvironmentSpec{Resources: tt.r})
+			spec := &environmentv1.EnvironmentSpec{Resources: tt.r}
+			if tt.r == nil {
+				spec.Timeout = &durationpb.Duration{Seconds: 5, Nanos: 2_000_000_000}
+			}
+			_, err := e.run(t, "hello", spec)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.says) {
 				t.Errorf("got %v, want INVALID_ARGUMENT naming %s", err, tt.says)
 			}
