@@ -1,6 +1,13 @@
 package environment
 
-import "strings"
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	"github.com/secbear/neuron/pkg/errs"
+)
 
 // The guards of this file refuse credentials placed where they would
 // change how the programs of an invocation behave, whichever backend runs
@@ -121,4 +128,22 @@ func RefusedEnv(name string) string {
 		}
 	}
 	return ""
+}
+
+// CheckQuantities refuses, with INVALID_ARGUMENT, a quantity r sets that
+// did not survive conversion to an integer in l: too large for an int64
+// (it saturates, wraps negative or reads as zero, which would mean no
+// limit at all). ParseLimits refuses these first; backends that convert
+// quantities themselves check again.
+func CheckQuantities(r *environmentv1.ResourceLimits, l Limits) error {
+	for _, q := range []struct {
+		field string
+		set   *string
+		v     int64
+	}{{"cpu", r.Cpu, l.CPUMillis}, {"memory", r.Memory, l.MemoryBytes}, {"disk", r.Disk, l.DiskBytes}} {
+		if q.set != nil && (q.v <= 0 || q.v == math.MaxInt64) {
+			return fmt.Errorf("resources.%s %q is too large to be a limit: %w", q.field, *q.set, errs.InvalidArgument)
+		}
+	}
+	return nil
 }

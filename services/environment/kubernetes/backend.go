@@ -207,7 +207,7 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 		if err != nil {
 			return err
 		}
-		if err := checkQuantities(r, l); err != nil {
+		if err := environment.CheckQuantities(r, l); err != nil {
 			return err
 		}
 		if r.MaxProcesses != nil {
