@@ -108,6 +108,9 @@ var (
 // Backend runs invocations as confined processes.
 type Backend struct {
 	cfg Config
+	// lock holds an exclusive flock on the work directory for the
+	// backend's lifetime: one service owns it, so it may sweep it.
+	lock *os.File
 }
 
 // New checks cfg and returns the backend. Kernel support is checked per
@@ -131,6 +134,10 @@ func New(cfg Config) (*Backend, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		return nil, fmt.Errorf("process backend: work dir: %w", err)
 	}
+	lock, err := lockWorkDir(cfg.WorkDir)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.ReadOnly {
 		if _, err := os.Stat(p); err != nil || !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("process backend: read-only path %q must be an existing absolute path", p)
@@ -145,7 +152,10 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.DiskBytes == 0 {
 		cfg.DiskBytes = DefaultDiskBytes
 	}
-	return &Backend{cfg: cfg}, nil
+	if n := sweep(cfg.WorkDir, cfg.Log); n > 0 {
+		cfg.Log.Warn("removed what invocations of an earlier run of this service left behind (it stopped without cleaning up)", "work_dir", cfg.WorkDir, "invocations", n)
+	}
+	return &Backend{cfg: cfg, lock: lock}, nil
 }
 
 // Name implements environment.Backend.
@@ -389,4 +399,45 @@ func mountWorkspace(ws string, size int64, ids sandbox.IDs) (func(), error) {
 func workspaceFull(ws string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(ws, &st) == nil && st.Bfree == 0
+}
+
+// lockWorkDir takes an exclusive flock on dir, held by the returned file
+// for the life of the process: two services sharing a work directory
+// would remove each other's invocations.
+func lockWorkDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("process backend: work dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("process backend: work dir %s is in use by another environment service; give each service its own --data-dir", dir)
+		}
+		return nil, fmt.Errorf("process backend: locking the work dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// sweep removes the invocation directories a killed run of the service
+// left in dir, unmounting their workspace first, and says how many.
+func sweep(dir string, log *slog.Logger) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "inv-") {
+			continue
+		}
+		inv := filepath.Join(dir, e.Name())
+		_ = unix.Unmount(filepath.Join(inv, "workspace"), unix.MNT_DETACH) // EINVAL when not mounted
+		if err := os.RemoveAll(inv); err != nil {
+			log.Warn("removing a left-over invocation directory", "dir", inv, "error", err.Error())
+			continue
+		}
+		n++
+	}
+	return n
 }

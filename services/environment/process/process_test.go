@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -91,8 +92,11 @@ func refuses(t *testing.T, says ...string) {
 			}
 		}
 	}
-	if left, _ := os.ReadDir(work); len(left) > 0 {
-		t.Errorf("a refused spec provisioned %v in the work directory", left)
+	left, _ := os.ReadDir(work)
+	for _, e := range left {
+		if e.Name() != ".lock" { // the backend's own, from New
+			t.Errorf("a refused spec provisioned %s in the work directory", e.Name())
+		}
 	}
 }
 
@@ -141,5 +145,62 @@ func TestProbesAreTheSandboxes(t *testing.T) {
 		if reflect.ValueOf(pair[0]).Pointer() != reflect.ValueOf(pair[1]).Pointer() {
 			t.Errorf("the %s probe is not the sandbox's", name)
 		}
+	}
+}
+
+// A service killed mid-run leaves its invocations' directories and
+// workspace mounts behind; the next start removes them.
+func TestNewSweepsWhatAKilledRunLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a workspace needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	ws := filepath.Join(work, "inv-0123456789abcdef", "workspace")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	unmount, err := mountWorkspace(ws, 1<<20, sandbox.IDs{UID: 1600000001, GID: 1600000001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmount()
+	if err := os.WriteFile(filepath.Join(ws, "notes.md"), []byte("left behind"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(work, "not-an-invocation")
+	if err := os.Mkdir(keep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{OperatorBinary: exe, WorkDir: work}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(ws)); !os.IsNotExist(err) {
+		t.Errorf("the left-over invocation is still there: %v", err)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), ws) {
+		t.Errorf("the left-over workspace is still mounted")
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a directory that is not an invocation's was removed: %v", err)
+	}
+}
+
+// Two services never share a work directory: each would sweep the
+// other's invocations away.
+func TestWorkDirOwnedByOneService(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	if _, err := New(Config{OperatorBinary: exe, WorkDir: work}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{OperatorBinary: exe, WorkDir: work}); err == nil || !strings.Contains(err.Error(), "in use by another environment service") {
+		t.Errorf("a second backend on the same work dir: %v", err)
 	}
 }
