@@ -27,6 +27,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/environment"
+	"github.com/secbear/neuron/services/environment/docker/internal/probe/report"
 )
 
 // The attack tests: a spec, and an image, asking for more than the
@@ -53,30 +54,6 @@ USER 0:0
 HEALTHCHECK --interval=1s CMD ["/operator", "health"]
 ENTRYPOINT ["/operator"]
 `
-
-// probeReport mirrors the probe's Report.
-type probeReport struct {
-	UID, GID, EUID int
-	Groups         []int
-	PID            int
-	Status         map[string]string
-	Namespaces     map[string]string
-	Interfaces     []string
-	MountInfo      string
-	Devices        map[string]string
-	Sockets        []string
-	Env            []string
-	Writes         map[string]string
-	Dials          map[string]string
-	Syscalls       map[string]string
-	Sizes          map[string]uint64
-	Filled         int64
-	FillErr        string
-	Cgroup         map[string]string
-	Files          map[string]string
-	Dirs           map[string][]string
-	Input          int
-}
 
 func fileInj(p string) *environmentv1.CredentialInjection {
 	return &environmentv1.CredentialInjection{Method: &environmentv1.CredentialInjection_File{File: &environmentv1.FileInjection{Path: p}}}
@@ -519,9 +496,9 @@ func serveSocket(t *testing.T, calls *atomic.Int32) func(string) (func(), error)
 	}
 }
 
-func decodeReport(t *testing.T, out *operatorv1.OperatorOutput) *probeReport {
+func decodeReport(t *testing.T, out *operatorv1.OperatorOutput) *report.Report {
 	t.Helper()
-	var r probeReport
+	var r report.Report
 	if err := json.Unmarshal([]byte(content.TextOf(out.GetMessage())), &r); err != nil {
 		t.Fatalf("the probe's report: %v\n%s", err, content.TextOf(out.GetMessage()))
 	}
@@ -637,7 +614,7 @@ func assertMounts(t *testing.T, c *container.InspectResponse, workDir string, wa
 }
 
 // assertInside checks what the probe saw from inside.
-func assertInside(t *testing.T, r *probeReport, host map[string]string) {
+func assertInside(t *testing.T, r *report.Report, host map[string]string) {
 	t.Helper()
 	if r.UID != 65532 || r.EUID != 65532 || r.GID != 65532 || slices.Contains(r.Groups, 0) {
 		t.Errorf("uid %d euid %d gid %d groups %v; want 65532 and no root group", r.UID, r.EUID, r.GID, r.Groups)

@@ -3,7 +3,7 @@
 // runs it exactly as it runs the operator, as /operator in a container,
 // with the input on stdin. Instead of an agent turn it looks around from
 // inside the container, tries what an escaping process would try, and
-// answers with an OperatorOutput whose text is a JSON Report.
+// answers with an OperatorOutput whose text is a JSON report.Report.
 //
 // It is a test harness: no other program should import or ship it.
 package main
@@ -19,54 +19,9 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-)
 
-// Report is what the probe saw from inside the container. Fields hold
-// either a value or, for an attempt, the error it got ("" when it
-// succeeded).
-type Report struct {
-	UID, GID, EUID int
-	Groups         []int
-	PID            int
-	// Status holds the capability, no_new_privs and seccomp lines of
-	// /proc/self/status.
-	Status map[string]string
-	// Namespaces maps each /proc/self/ns entry to its link.
-	Namespaces map[string]string
-	// Interfaces are the network interfaces' names.
-	Interfaces []string
-	// MountInfo is /proc/self/mountinfo.
-	MountInfo string
-	// Devices are the entries of /dev (not recursive), with their mode.
-	Devices map[string]string
-	// Sockets are the Unix sockets found anywhere outside /proc and /sys.
-	Sockets []string
-	// Env is the environment.
-	Env []string
-	// Writes maps each path the probe tried to create or open for
-	// writing to the error it got.
-	Writes map[string]string
-	// Dials maps each socket the probe tried to reach to the error.
-	Dials map[string]string
-	// Syscalls maps each privileged call tried to the error it got.
-	Syscalls map[string]string
-	// Sizes maps each writable mount to its size in bytes (statfs).
-	Sizes map[string]uint64
-	// Filled is how many bytes fit in the workspace before a write
-	// failed, and FillErr that failure.
-	Filled  int64
-	FillErr string
-	// Cgroup maps cgroup limit files to their content.
-	Cgroup map[string]string
-	// Files maps each file the probe was asked to read to its content
-	// or error.
-	Files map[string]string
-	// Dirs maps each directory the probe was asked to list to its
-	// entries.
-	Dirs map[string][]string
-	// Input is the size of what arrived on stdin.
-	Input int
-}
+	"github.com/secbear/neuron/services/environment/docker/internal/probe/report"
+)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "health" {
@@ -96,8 +51,8 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func probe() *Report {
-	r := &Report{
+func probe() *report.Report {
+	r := &report.Report{
 		UID: os.Getuid(), GID: os.Getgid(), EUID: os.Geteuid(), PID: os.Getpid(),
 		Status: map[string]string{}, Namespaces: map[string]string{}, Devices: map[string]string{},
 		Writes: map[string]string{}, Dials: map[string]string{}, Syscalls: map[string]string{},
