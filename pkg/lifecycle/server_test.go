@@ -35,6 +35,7 @@ type harness struct {
 type harnessOptions struct {
 	shutdown bool                                      // WithShutdown(the Serve context)
 	wrap     func(grpc.ServerStream) grpc.ServerStream // wraps the handler's stream
+	log      WorkflowLog                               // WithWorkflowLog(log, 20ms)
 }
 
 func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
@@ -59,6 +60,9 @@ func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
 	var opts []ServerOption
 	if ho.shutdown {
 		opts = append(opts, WithShutdown(ctx))
+	}
+	if ho.log != nil {
+		opts = append(opts, WithWorkflowLog(ho.log, 20*time.Millisecond))
 	}
 	lifecyclev1.RegisterLifecycleServiceServer(gs, NewServer(bus, opts...))
 	lis, err := gs.Listen()

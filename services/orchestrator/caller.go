@@ -135,8 +135,8 @@ func dispatchOutput(reply any) *operatorv1.OperatorOutput {
 
 type budgetKey struct{}
 
-// withBudget tells BudgetInterceptor what is left of the workflow budget.
-func withBudget(ctx context.Context, remaining decimal.NullDecimal) context.Context {
+// WithBudget tells BudgetInterceptor what is left of the workflow budget.
+func WithBudget(ctx context.Context, remaining decimal.NullDecimal) context.Context {
 	if !remaining.Valid {
 		return ctx
 	}

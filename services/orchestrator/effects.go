@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -16,10 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
-	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
-	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/lifecycle"
 )
@@ -31,18 +27,18 @@ import (
 // error marks the effect not applied, with the error as its detail.
 type EffectHandler func(ctx context.Context, workflowID, idempotencyKey string, data *structpb.Value) error
 
-// effectKey is an effect's idempotency key; an operator that left it
+// EffectKey is an effect's idempotency key; an operator that left it
 // empty gets one derived from the dispatch and position.
-func effectKey(dispatchID string, i int, eff *typesv1.Effect) string {
+func EffectKey(dispatchID string, i int, eff *typesv1.Effect) string {
 	if k := eff.GetIdempotencyKey(); k != "" {
 		return k
 	}
 	return fmt.Sprintf("%s/effect/%d", dispatchID, i)
 }
 
-// stateKey is the State service idempotency key of an effect: unique
+// StateKey is the State service idempotency key of an effect: unique
 // across workflows, at most 512 bytes.
-func stateKey(workflowID, key string) string {
+func StateKey(workflowID, key string) string {
 	k := workflowID + "/" + key
 	if len(k) > 512 {
 		sum := sha256.Sum256([]byte(k))
@@ -51,149 +47,7 @@ func stateKey(workflowID, key string) string {
 	return k
 }
 
-// guardError is a delegation guard (depth, cycle) tripping: it fails the
-// workflow with FAILED_PRECONDITION.
-func guardError(format string, a ...any) error {
-	return fmt.Errorf(format+": %w", append(a, errs.FailedPrecondition)...)
-}
-
-// effects executes an output's effects in declaration order, each once.
-// Delegates run their child agents to the end; the first Handoff is
-// returned for the caller to follow. With halt set (the budget is spent)
-// dispatching effects are recorded as not applied.
-func (w *runner) effects(ctx context.Context, f frame, dispatchID string, out *operatorv1.OperatorOutput, halt error) ([]delegation, *handoffTarget, error) {
-	var (
-		results []delegation
-		handoff *handoffTarget
-	)
-	for i, eff := range out.GetEffects() {
-		key := effectKey(dispatchID, i, eff)
-		prev, err := w.e.j.Effect(w.id, key)
-		if err != nil {
-			return nil, nil, err
-		}
-		switch k := eff.GetKind().(type) {
-		case *typesv1.Effect_Delegate:
-			d, err := w.delegate(ctx, f, dispatchID, key, k.Delegate, prev, halt)
-			if err != nil {
-				return nil, nil, err
-			}
-			results = append(results, d)
-		case *typesv1.Effect_Handoff:
-			target := k.Handoff.GetAgentId()
-			if prev != nil {
-				if prev.Applied && handoff == nil {
-					handoff = &handoffTarget{target: target, from: f.agent.ID, key: key, state: k.Handoff.GetState()}
-				}
-				continue
-			}
-			var detail string
-			ok := false
-			switch {
-			case handoff != nil:
-				detail = fmt.Sprintf("not followed: this output already handed off to %q; only the first handoff counts", handoff.target)
-			case halt != nil:
-				detail = "not followed: the workflow budget is spent"
-			default:
-				if _, err := w.e.reg.Lookup(target); err != nil {
-					detail = "not followed: " + err.Error()
-				}
-			}
-			if detail == "" {
-				handoff = &handoffTarget{target: target, from: f.agent.ID, key: key, state: k.Handoff.GetState()}
-				detail, ok = fmt.Sprintf("handed off to %q", target), true
-			}
-			if err := w.record(f, dispatchID, key, "handoff", ok, detail); err != nil {
-				return nil, nil, err
-			}
-		default:
-			if prev != nil {
-				continue
-			}
-			applied, detail, err := w.apply(ctx, f, key, eff)
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := w.record(f, dispatchID, key, effectKind(eff), applied, detail); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	return results, handoff, nil
-}
-
-// delegate runs (or replays) a Delegate effect's child agent.
-func (w *runner) delegate(ctx context.Context, f frame, dispatchID, key string, d *typesv1.Delegate, prev *effectRecord, halt error) (delegation, error) {
-	res := delegation{agent: d.GetAgentId(), key: key}
-	if prev != nil && !prev.Applied {
-		res.text = prev.Detail
-		return res, nil
-	}
-	notRun := func(detail string) (delegation, error) {
-		res.text = detail
-		return res, w.record(f, dispatchID, key, "delegate", false, detail)
-	}
-	if prev == nil && halt != nil {
-		return notRun("not run: the workflow budget is spent")
-	}
-	child, err := w.e.reg.Lookup(d.GetAgentId())
-	if err != nil {
-		if prev != nil {
-			return res, err // ran before; the registry changed since
-		}
-		return notRun(err.Error())
-	}
-	chain := append(append([]string(nil), f.chain...), child.ID)
-	if slices.Contains(f.chain, child.ID) {
-		return res, guardError("delegation cycle: %s", strings.Join(chain, " -> "))
-	}
-	if f.depth+1 > w.e.opts.MaxDepth {
-		return res, guardError("delegation depth limit of %d reached: %s", w.e.opts.MaxDepth, strings.Join(chain, " -> "))
-	}
-	in := &operatorv1.OperatorInput{Message: d.GetMessage(), Trigger: operatorv1.TriggerType_TRIGGER_TYPE_TASK, Metadata: d.GetMetadata()}
-	if d.GetSessionId() != "" {
-		s := d.GetSessionId()
-		in.SessionId = &s
-	}
-	if in.Message == nil {
-		in.Message = &typesv1.Content{}
-	}
-	out, err := w.agent(ctx, frame{agent: child, depth: f.depth + 1, chain: chain, parent: dispatchID, cause: key}, in, false)
-	var failed *agentError
-	switch {
-	case errors.As(err, &failed):
-		res.text = "failed: " + failed.err.Error()
-		if prev == nil {
-			return res, w.record(f, dispatchID, key, "delegate", false, res.text)
-		}
-		return res, nil
-	case err != nil:
-		return res, err
-	}
-	res.ok = true
-	res.text = content.TextOf(out.GetMessage())
-	res.exit = strings.TrimPrefix(out.GetExitReason().GetKind().String(), "EXIT_KIND_")
-	if prev != nil {
-		return res, nil
-	}
-	return res, w.record(f, dispatchID, key, "delegate", true, fmt.Sprintf("agent %q ran (%s)", child.ID, res.exit))
-}
-
-// record journals an effect's outcome and reports it.
-func (w *runner) record(f frame, dispatchID, key, kind string, applied bool, detail string) error {
-	if err := w.e.j.RecordEffect(w.id, key, &effectRecord{Applied: applied, Detail: detail, Step: w.n, Time: time.Now()}); err != nil {
-		return err
-	}
-	t := "orchestrator.effect.applied"
-	if !applied {
-		t = "orchestrator.effect.not_applied"
-		w.e.log.Warn("effect not applied", "workflow_id", w.id, "agent", f.agent.ID, "effect", kind, "key", key, "detail", detail)
-	}
-	w.e.event(w.id, f.agent.ID, t, map[string]any{"dispatch_id": dispatchID, "effect": kind, "idempotency_key": key, "detail": detail})
-	return nil
-}
-
-func effectKind(eff *typesv1.Effect) string {
+func EffectKind(eff *typesv1.Effect) string {
 	switch eff.GetKind().(type) {
 	case *typesv1.Effect_WriteMemory:
 		return "write_memory"
@@ -213,48 +67,21 @@ func effectKind(eff *typesv1.Effect) string {
 	return "unknown"
 }
 
-// effectEnv is what executing a non-dispatching effect needs; both
-// backends provide one.
-type effectEnv struct {
-	state    statev1.StateServiceClient
-	handlers map[string]EffectHandler
+// EffectEnv is what executing a non-dispatching effect needs; every
+// engine provides one.
+type EffectEnv struct {
+	State    statev1.StateServiceClient
+	Handlers map[string]EffectHandler
 	// signal queues a signal for a workflow of this orchestrator, keyed
 	// so that a repeat is a duplicate. Unknown or ended workflows are
 	// errs.NotFound or errs.FailedPrecondition.
-	signal  func(ctx context.Context, workflowID string, payload []byte, key string) (seq uint64, dup bool, err error)
-	publish func(*lifecyclev1.LifecycleEvent)
+	Signal  func(ctx context.Context, workflowID string, payload []byte, key string) (seq uint64, dup bool, err error)
+	Publish func(*lifecyclev1.LifecycleEvent)
 }
 
-// apply executes a non-dispatching effect, retrying transient State
-// failures with capped backoff for as long as the workflow runs: an
-// effect is never dropped because the State service was briefly away. A
-// permanent failure returns applied=false with the reason; err is only
-// for a stopped workflow or a broken journal.
-func (w *runner) apply(ctx context.Context, f frame, key string, eff *typesv1.Effect) (applied bool, detail string, err error) {
-	env := effectEnv{state: w.e.state, handlers: w.e.opts.Handlers, publish: w.e.publish,
-		signal: func(_ context.Context, id string, payload []byte, key string) (uint64, bool, error) {
-			return w.e.Signal(id, payload, key)
-		}}
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		applied, detail, err := applyEffect(ctx, env, w.id, f.agent.ID, key, eff)
-		if err == nil || !transient(err) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return false, "", context.Cause(ctx)
-			}
-			return applied, detail, err
-		}
-		w.e.log.Warn("state service unavailable; retrying the effect", "workflow_id", w.id, "effect", effectKind(eff), "attempt", attempt, "err", err)
-		if err := w.e.opts.Sleep(ctx, backoff); err != nil {
-			return false, "", err
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-// transient says whether a State failure may pass if the effect is
+// Transient says whether a State failure may pass if the effect is
 // tried again.
-func transient(err error) bool {
+func Transient(err error) bool {
 	switch errs.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
 		return true
@@ -262,16 +89,16 @@ func transient(err error) bool {
 	return false
 }
 
-// applyEffect executes a non-dispatching effect of workflow wfID once.
+// ApplyEffect executes a non-dispatching effect of workflow wfID once.
 // A permanent failure returns applied=false with the reason; err is a
-// transient State failure (see transient), ctx's end, or a broken
+// transient State failure (see Transient), ctx's end, or a broken
 // journal.
-func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, eff *typesv1.Effect) (applied bool, detail string, err error) {
+func ApplyEffect(ctx context.Context, env EffectEnv, wfID, agentID, key string, eff *typesv1.Effect) (applied bool, detail string, err error) {
 	switch k := eff.GetKind().(type) {
 	case *typesv1.Effect_WriteMemory:
 		m := k.WriteMemory
 		return stateCall(ctx, env, "write", func(ctx context.Context) (string, error) {
-			resp, err := env.state.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: stateKey(wfID, key)})
+			resp, err := env.State.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: StateKey(wfID, key)})
 			if err != nil {
 				return "", err
 			}
@@ -283,7 +110,7 @@ func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, 
 	case *typesv1.Effect_DeleteMemory:
 		m := k.DeleteMemory
 		return stateCall(ctx, env, "delete", func(ctx context.Context) (string, error) {
-			resp, err := env.state.Delete(ctx, &statev1.DeleteRequest{Scope: m.GetScope(), Key: m.GetKey(), IdempotencyKey: stateKey(wfID, key)})
+			resp, err := env.State.Delete(ctx, &statev1.DeleteRequest{Scope: m.GetScope(), Key: m.GetKey(), IdempotencyKey: StateKey(wfID, key)})
 			if err != nil {
 				return "", err
 			}
@@ -295,7 +122,7 @@ func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, 
 		if err != nil {
 			return false, "the signal payload cannot be encoded: " + err.Error(), nil
 		}
-		seq, dup, err := env.signal(ctx, s.GetWorkflowId(), payload, stateKey(wfID, key))
+		seq, dup, err := env.Signal(ctx, s.GetWorkflowId(), payload, StateKey(wfID, key))
 		switch {
 		case errors.Is(err, errs.NotFound), errors.Is(err, errs.FailedPrecondition):
 			return false, err.Error(), nil
@@ -311,13 +138,13 @@ func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, 
 		if l.GetData() != nil {
 			data["data"] = l.GetData().AsInterface()
 		}
-		env.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_OPERATOR, "operator.log", wfID, agentID, data))
+		env.Publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_OPERATOR, "operator.log", wfID, agentID, data))
 		return true, "published as an observable event", nil
 	case *typesv1.Effect_Custom:
 		c := k.Custom
-		h := env.handlers[c.GetEffectType()]
+		h := env.Handlers[c.GetEffectType()]
 		if h == nil {
-			env.publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.effect.unhandled", wfID, agentID,
+			env.Publish(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.effect.unhandled", wfID, agentID,
 				map[string]any{"effect_type": c.GetEffectType(), "idempotency_key": key}))
 			return false, fmt.Sprintf("no handler is registered for custom effect type %q", c.GetEffectType()), nil
 		}
@@ -336,8 +163,8 @@ func applyEffect(ctx context.Context, env effectEnv, wfID, agentID, key string, 
 // stateCall runs a State call once. A transient failure is returned as
 // err; a permanent one (bad scope, value too large, ...) is not applied,
 // with the reason.
-func stateCall(ctx context.Context, env effectEnv, op string, call func(ctx context.Context) (string, error)) (bool, string, error) {
-	if env.state == nil {
+func stateCall(ctx context.Context, env EffectEnv, op string, call func(ctx context.Context) (string, error)) (bool, string, error) {
+	if env.State == nil {
 		return false, "no State service is configured (--state-addr); memory effects cannot be applied", nil
 	}
 	detail, err := call(ctx)
@@ -346,8 +173,20 @@ func stateCall(ctx context.Context, env effectEnv, op string, call func(ctx cont
 		return true, detail, nil
 	case ctx.Err() != nil:
 		return false, "", context.Cause(ctx)
-	case transient(err):
+	case Transient(err):
 		return false, "", fmt.Errorf("state %s: %w", op, err)
 	}
 	return false, fmt.Sprintf("state %s refused: %s", op, errs.ToStatus(err).Message()), nil
+}
+
+// Retryable says whether a retry may fix an operator failure.
+func Retryable(err error) bool {
+	if errs.Reason(err) == errs.ReasonRetryable {
+		return true
+	}
+	switch errs.Code(err) {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	}
+	return false
 }

@@ -5,22 +5,145 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/shopspring/decimal"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
-	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/lifecycle"
 )
+
+// Engine runs workflows durably; the one Server serves any engine. Two
+// exist: the bbolt journal (services/orchestrator/journal, one process)
+// and Temporal (services/orchestrator/temporal, any number of
+// processes). Both run the same workflow (Run) and return errors wrapping
+// pkg/errs kinds.
+type Engine interface {
+	// Start creates a workflow and runs it in the background. When the id
+	// exists and the request is the same (its Fingerprint), it returns
+	// existed=true; a different request is ALREADY_EXISTS.
+	Start(ctx context.Context, req *StartRequest) (id string, existed bool, err error)
+	// Wait returns the workflow once it is no longer RUNNING, with the
+	// outcome of every effect (Workflow.Effects), or ctx's error.
+	Wait(ctx context.Context, id string) (*Workflow, error)
+	// Signal records a signal for a RUNNING or SUSPENDED workflow (a
+	// SUSPENDED one resumes) and publishes orchestrator.signal.accepted.
+	// A repeated non-empty key returns the first signal's sequence and
+	// duplicate=true. Unknown workflow: NOT_FOUND; ended: FAILED_PRECONDITION.
+	Signal(ctx context.Context, id string, payload []byte, key string) (seq uint64, duplicate bool, err error)
+	// Get returns a workflow (without Effects).
+	Get(ctx context.Context, id string) (*Workflow, error)
+	// Steps returns a workflow's operator calls in order.
+	Steps(ctx context.Context, id string) ([]StepView, error)
+	// Signals returns a workflow's signals in order.
+	Signals(ctx context.Context, id string) ([]SignalView, error)
+	// Cancel stops a workflow and its in-flight operator call; it ends
+	// CANCELED with reason. An ended workflow is returned unchanged.
+	Cancel(ctx context.Context, id, reason string) (*Workflow, error)
+	// List returns up to size workflows in status (UNSPECIFIED: any), and
+	// the token of the next page.
+	List(ctx context.Context, status orchestratorv1.WorkflowStatus, size int, token string) ([]*Workflow, string, error)
+	// Events returns the events recorded in workflow id's durable event
+	// log after position after (see lifecycle.WorkflowLog).
+	Events(ctx context.Context, id string, after uint64) (events []*lifecyclev1.LifecycleEvent, ended bool, err error)
+	// Close stops running workflows here, leaving them to resume later.
+	Close()
+}
+
+// Workflow is a workflow as the service shows it.
+type Workflow struct {
+	ID           string
+	Status       orchestratorv1.WorkflowStatus
+	RootAgent    string
+	CurrentAgent string
+	Steps        uint32
+	Spent        decimal.Decimal
+	Budget       decimal.NullDecimal
+	LastOutput   *operatorv1.OperatorOutput
+	Failure      *Failure
+	Created      time.Time
+	Updated      time.Time
+	Pending      uint32
+	// Effects are the outcomes of every effect of every step, in order
+	// (Wait only).
+	Effects []*orchestratorv1.EffectOutcome
+}
+
+// StepView is one operator call as the steps query shows it.
+type StepView struct {
+	N        uint64
+	Dispatch string
+	Agent    string
+	Depth    uint32
+	Trigger  string
+	Started  time.Time
+	// State: running, done or failed.
+	State   string
+	Error   string
+	Exit    string
+	Cost    string
+	Effects int
+	Signals []uint64
+}
+
+// SignalView is one signal as the signals query shows it.
+type SignalView struct {
+	Seq uint64
+	// Payload is a SignalPayload, binary.
+	Payload []byte
+	// Step that delivered it; 0 while pending.
+	Step uint64
+}
+
+// StartRequest is a Dispatch or StartWorkflow.
+type StartRequest struct {
+	WorkflowID string
+	AgentID    string
+	Input      *operatorv1.OperatorInput
+	Budget     decimal.NullDecimal
+	// Detached workflows (StartWorkflow) outlive their caller and have no
+	// deadline.
+	Detached bool
+}
+
+// Fingerprint identifies the request, so a retry is told from a
+// different request reusing a workflow id.
+func (s *StartRequest) Fingerprint() string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(s.Input)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%v\x00", s.AgentID, s.Budget.Decimal.String(), s.Budget.Valid)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// NewWorkflowID returns a time-ordered random id.
+func NewWorkflowID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("wf-%x-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+// NewSpec is the workflow input of a request to start agent: the budget
+// (the agent's default when the request names none) and the settings
+// frozen at start.
+func NewSpec(req *StartRequest, agent *Agent, opts Options, trace map[string]string) (*Spec, error) {
+	input, err := proto.Marshal(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	budget := req.Budget
+	if !budget.Valid {
+		budget = agent.Defaults.Budget
+	}
+	return &Spec{ID: req.WorkflowID, RootAgent: agent.ID, Detached: req.Detached, Input: input, Budget: budget, Trace: trace,
+		MaxDepth: opts.MaxDepth, MaxSteps: opts.MaxSteps, WarnFraction: opts.WarnFraction}, nil
+}
 
 // Defaults of Options.
 const (
@@ -28,9 +151,10 @@ const (
 	DefaultMaxSteps     = 256
 	DefaultWorkers      = 16
 	DefaultWarnFraction = "0.8"
+	DefaultCallTimeout  = time.Hour
 )
 
-// Options configure an Engine. Zero values take the defaults.
+// Options configure an engine. Zero values take the defaults.
 type Options struct {
 	// MaxDepth bounds delegation depth (the root is 0).
 	MaxDepth uint32
@@ -40,14 +164,51 @@ type Options struct {
 	Workers int
 	// WarnFraction of a workflow budget triggers a BudgetWarning.
 	WarnFraction decimal.Decimal
+	// CallTimeout bounds one operator call attempt.
+	CallTimeout time.Duration
 	// Policy decides what happens as a budget is spent.
 	Policy BudgetPolicy
 	// Handlers execute custom effects by effect_type.
 	Handlers map[string]EffectHandler
 	// Log receives the engine's logs.
 	Log *slog.Logger
-	// Sleep waits between retries; tests replace it.
-	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// WithDefaults fills zero fields with the defaults.
+func (o Options) WithDefaults() Options {
+	if o.MaxDepth == 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.MaxSteps == 0 {
+		o.MaxSteps = DefaultMaxSteps
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.WarnFraction.IsZero() {
+		o.WarnFraction = decimal.RequireFromString(DefaultWarnFraction)
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.Policy == nil {
+		o.Policy = ThresholdPolicy{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Deps are the services an engine works with.
+type Deps struct {
+	Registry *Registry
+	// Caller runs operator calls.
+	Caller Caller
+	// State receives memory effects (and, on Temporal, keeps outputs).
+	State statev1.StateServiceClient
+	// Bus receives lifecycle events.
+	Bus *lifecycle.Bus
 }
 
 // Caller runs one operator invocation of an agent.
@@ -55,307 +216,22 @@ type Caller interface {
 	Call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error)
 }
 
-// Engine runs durable workflows: it journals every step, executes
-// effects exactly once and resumes unfinished workflows after a restart.
-type Engine struct {
-	j      *Journal
-	reg    *Registry
-	caller Caller
-	state  statev1.StateServiceClient
-	bus    *lifecycle.Bus
-	opts   Options
-	log    *slog.Logger
-
-	base context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
-
-	mu   sync.Mutex
-	runs map[string]*run
+// Terminal says whether a workflow in status s has ended.
+func Terminal(s orchestratorv1.WorkflowStatus) bool {
+	return s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED ||
+		s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED ||
+		s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
 }
 
-// run is a workflow executing in this process.
-type run struct {
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	// again asks the goroutine to run the workflow once more before it
-	// exits: a signal resumed it while the previous run was ending.
-	again bool
+// StatusName is a status without its WORKFLOW_STATUS_ prefix.
+func StatusName(s orchestratorv1.WorkflowStatus) string {
+	const prefix = "WORKFLOW_STATUS_"
+	n := s.String()
+	if len(n) > len(prefix) {
+		return n[len(prefix):]
+	}
+	return n
 }
 
-// Cancellation causes, which decide the status a stopped workflow gets.
-var (
-	errShutdown   = errors.New("the orchestrator is shutting down; the workflow resumes when it restarts")
-	errCallerLeft = errors.New("the Dispatch caller went away")
-)
-
-// canceledError is the cause of a CancelWorkflow.
-type canceledError struct{ reason string }
-
-func (e *canceledError) Error() string { return e.reason }
-
-// NewEngine returns an engine over the journal. state receives memory
-// effects; bus receives lifecycle events. Call Resume to restart the
-// journal's unfinished workflows, and Close to stop.
-func NewEngine(j *Journal, reg *Registry, caller Caller, state statev1.StateServiceClient, bus *lifecycle.Bus, opts Options) *Engine {
-	if opts.MaxDepth == 0 {
-		opts.MaxDepth = DefaultMaxDepth
-	}
-	if opts.MaxSteps == 0 {
-		opts.MaxSteps = DefaultMaxSteps
-	}
-	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers
-	}
-	if opts.WarnFraction.IsZero() {
-		opts.WarnFraction = decimal.RequireFromString(DefaultWarnFraction)
-	}
-	if opts.Policy == nil {
-		opts.Policy = ThresholdPolicy{}
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = sleepCtx
-	}
-	base, stop := context.WithCancel(context.Background())
-	return &Engine{j: j, reg: reg, caller: caller, state: state, bus: bus, opts: opts, log: opts.Log,
-		base: base, stop: stop, runs: map[string]*run{}}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// Resume restarts every workflow the journal has as RUNNING.
-func (e *Engine) Resume() (int, error) {
-	recs, err := e.j.Unfinished()
-	if err != nil {
-		return 0, err
-	}
-	for _, r := range recs {
-		e.log.Info("resuming workflow", "workflow_id", r.ID, "steps", r.Steps, "agent", r.CurrentAgent)
-		e.launch(r)
-	}
-	return len(recs), nil
-}
-
-// Close stops every workflow in flight, leaving it RUNNING in the journal
-// so that the next start resumes it, and waits for them.
-func (e *Engine) Close() {
-	e.mu.Lock()
-	for _, r := range e.runs {
-		r.cancel(errShutdown)
-	}
-	e.mu.Unlock()
-	e.stop()
-	e.wg.Wait()
-}
-
-// startRequest is a Dispatch or StartWorkflow.
-type startRequest struct {
-	WorkflowID string
-	AgentID    string
-	Input      *operatorv1.OperatorInput
-	Budget     decimal.NullDecimal
-	Detached   bool
-}
-
-// fingerprint identifies the request, so a retry is told from a
-// different request reusing a workflow id.
-func (s *startRequest) fingerprint() string {
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(s.Input)
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%v\x00", s.AgentID, s.Budget.Decimal.String(), s.Budget.Valid)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// newWorkflowID returns a time-ordered random id.
-func newWorkflowID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("wf-%x-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
-}
-
-// Start creates a workflow and runs it in the background. When the id
-// exists and the request is the same, it returns the existing record and
-// existed=true; a different request gets ALREADY_EXISTS.
-func (e *Engine) Start(ctx context.Context, req startRequest) (rec *record, existed bool, err error) {
-	agent, err := e.reg.Lookup(req.AgentID)
-	if err != nil {
-		return nil, false, err
-	}
-	if req.WorkflowID == "" {
-		req.WorkflowID = newWorkflowID()
-	}
-	budget := req.Budget
-	if !budget.Valid {
-		budget = agent.Defaults.Budget
-	}
-	input, err := proto.Marshal(req.Input)
-	if err != nil {
-		return nil, false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
-	}
-	now := time.Now()
-	rec = &record{
-		ID: req.WorkflowID, Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING,
-		RootAgent: agent.ID, CurrentAgent: agent.ID, Budget: budget, Created: now, Updated: now,
-		Fingerprint: req.fingerprint(), Input: input, Detached: req.Detached,
-		Trace: map[string]string{},
-	}
-	if dl, ok := ctx.Deadline(); ok && !req.Detached {
-		rec.Deadline = dl
-	}
-	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(rec.Trace))
-	existing, created, err := e.j.Create(rec)
-	if err != nil {
-		return nil, false, err
-	}
-	if !created {
-		if existing.Fingerprint != rec.Fingerprint {
-			return nil, true, fmt.Errorf("workflow %q already exists with a different request (agent %q); use a new workflow_id: %w",
-				existing.ID, existing.RootAgent, errs.AlreadyExists)
-		}
-		return existing, true, nil
-	}
-	e.event(rec.ID, agent.ID, "orchestrator.workflow.started", map[string]any{"agent_id": agent.ID, "detached": req.Detached})
-	e.launch(rec)
-	return rec, false, nil
-}
-
-// launch runs rec's workflow unless it already runs here.
-func (e *Engine) launch(rec *record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r, ok := e.runs[rec.ID]; ok {
-		r.again = true
-		return
-	}
-	if e.base.Err() != nil {
-		return
-	}
-	ctx, cancel := context.WithCancelCause(e.base)
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(rec.Trace))
-	var stopDeadline context.CancelFunc = func() {}
-	if !rec.Deadline.IsZero() {
-		ctx, stopDeadline = context.WithDeadline(ctx, rec.Deadline)
-	}
-	r := &run{cancel: cancel, done: make(chan struct{})}
-	e.runs[rec.ID] = r
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer close(r.done)
-		defer stopDeadline()
-		defer cancel(nil)
-		for {
-			e.execute(ctx, rec.ID)
-			e.mu.Lock()
-			if r.again && ctx.Err() == nil {
-				r.again = false
-				e.mu.Unlock()
-				continue
-			}
-			delete(e.runs, rec.ID)
-			e.mu.Unlock()
-			return
-		}
-	}()
-}
-
-// Wait returns the workflow's record once it is no longer RUNNING here,
-// or ctx's error.
-func (e *Engine) Wait(ctx context.Context, id string) (*record, error) {
-	for {
-		e.mu.Lock()
-		r := e.runs[id]
-		e.mu.Unlock()
-		if r == nil {
-			rec, err := e.j.Get(id)
-			if err != nil || rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
-				return rec, err
-			}
-			// RUNNING but not running here: a resume is about to launch
-			// it, or the engine is closing.
-			if e.base.Err() != nil {
-				return nil, fmt.Errorf("%v: %w", errShutdown, errs.Unavailable)
-			}
-			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	}
-}
-
-// abandon stops a workflow whose Dispatch caller cancelled; it ends
-// CANCELED.
-func (e *Engine) abandon(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r := e.runs[id]; r != nil {
-		r.cancel(errCallerLeft)
-	}
-}
-
-// Cancel stops a workflow and its in-flight operator call. A workflow
-// that has ended is returned unchanged.
-func (e *Engine) Cancel(id, reason string) (*record, error) {
-	if reason == "" {
-		reason = "cancelled by a caller"
-	}
-	rec, err := e.j.Update(id, func(r *record) error {
-		if r.terminal() {
-			return errNoChange
-		}
-		r.Status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
-		r.Failure = &failure{Code: int32(errs.Code(errs.Canceled)), Message: reason}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	if r := e.runs[id]; r != nil {
-		r.cancel(&canceledError{reason})
-	}
-	e.mu.Unlock()
-	if rec.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED && rec.Failure != nil && rec.Failure.Message == reason {
-		e.event(id, rec.CurrentAgent, "orchestrator.workflow.canceled", map[string]any{"reason": reason})
-	}
-	return rec, nil
-}
-
-// Signal journals a signal for a workflow; it is delivered to the
-// workflow's next operator call.
-func (e *Engine) Signal(id string, payload []byte, key string) (uint64, bool, error) {
-	seq, dup, resumed, err := e.j.AddSignal(id, payload, key)
-	if err != nil {
-		return 0, false, err
-	}
-	if !dup {
-		e.event(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq})
-	}
-	if resumed {
-		rec, err := e.j.Get(id)
-		if err != nil {
-			return seq, dup, err
-		}
-		e.launch(rec)
-	}
-	return seq, dup, nil
-}
+// NotExecuted is the detail of an effect the workflow stopped before.
+const NotExecuted = "not executed: the workflow stopped first"

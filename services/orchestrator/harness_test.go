@@ -28,6 +28,7 @@ import (
 	"github.com/secbear/neuron/services/operator/tool"
 	"github.com/secbear/neuron/services/operator/tool/effect"
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/journal"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -119,7 +120,6 @@ func startOperator(t *testing.T, stateAddr string) string {
 // orch is an orchestrator under test.
 type orch struct {
 	addr    string
-	engine  *orchestrator.Engine
 	bus     *lifecycle.Bus
 	client  orchestratorv1.OrchestratorServiceClient
 	events  lifecyclev1.LifecycleServiceClient
@@ -165,7 +165,7 @@ func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o or
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "journal.db")
-	j, err := orchestrator.OpenJournal(path, time.Second)
+	j, err := journal.Open(path, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +179,10 @@ func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o or
 	if o.engine.Log == nil {
 		o.engine.Log = quiet()
 	}
-	eng := orchestrator.NewEngine(j, reg, caller, statev1.NewStateServiceClient(stateConn), bus, o.engine)
+	eng := journal.New(j, orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn), Bus: bus}, o.engine)
 	addr := serve(t, func(s *grpcserver.Server) {
-		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewServer(eng))
-		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus))
+		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewServer(eng, o.engine.Workers))
+		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus, lifecycle.WithWorkflowLog(eng, 50*time.Millisecond)))
 	})
 	var once sync.Once
 	stop := func() {
@@ -199,7 +199,7 @@ func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o or
 		t.Fatal(err)
 	}
 	cc := dial(t, addr)
-	return &orch{addr: addr, engine: eng, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
+	return &orch{addr: addr, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
 		events: lifecyclev1.NewLifecycleServiceClient(cc), journal: path, stop: stop}
 }
 

@@ -408,6 +408,48 @@ func TestResumeAfterRestartDoesNotRepeatJournaledCalls(t *testing.T) {
 	}
 }
 
+// A workflow keeps the limits it started with: an orchestrator restarted
+// with a lower --max-delegation-depth does not fail the delegation chain
+// a running workflow was already allowed.
+func TestResumeKeepsTheLimitsItStartedWith(t *testing.T) {
+	ctx := ctxT(t)
+	stateAddr, _, _ := startState(t)
+	release := make(chan struct{})
+	leafStarted := make(chan struct{}, 4)
+	_, opAddr := startFake(t, map[string]behaviour{
+		"top": firstTime(answer("delegating", delegateTo("mid", "work")), answer("all done")),
+		"mid": firstTime(answer("delegating", delegateTo("leaf", "work")), answer("mid done")),
+		"leaf": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			leafStarted <- struct{}{}
+			select {
+			case <-release:
+				return done(in, "leaf result", "0"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+	})
+	dir := t.TempDir()
+	reg := registryYAML(t, agentsAt(opAddr, "top", "mid", "leaf")...)
+	first := startOrch(t, dir, reg, stateAddr, orchOptions{})
+	if _, err := first.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{WorkflowId: "deep", AgentId: "top", Input: userInput("go", "")}); err != nil {
+		t.Fatal(err)
+	}
+	<-leafStarted // depth 2, allowed by the default limit
+	first.stop()
+	close(release)
+	second := startOrch(t, dir, reg, stateAddr, orchOptions{engine: orchestrator.Options{MaxDepth: 1}})
+	rec := waitStatus(t, second, "deep", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	if got := content.TextOf(rec.GetLastOutput().GetMessage()); got != "all done" {
+		t.Errorf("final output %q", got)
+	}
+	// A workflow started now gets the new limit.
+	_, err := second.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "top", Input: userInput("go", "")})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "depth limit of 1") {
+		t.Errorf("a new workflow under the lower limit: %v, want FAILED_PRECONDITION naming the limit", err)
+	}
+}
+
 func waitStatus(t *testing.T, o *orch, id string, want orchestratorv1.WorkflowStatus) *orchestratorv1.Workflow {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -97,8 +97,8 @@ const MaxAgentIDLen = 256
 // maxListedAgents bounds the known agents a Lookup error lists.
 const maxListedAgents = 20
 
-// withDefaults fills zero fields with the defaults.
-func (p RetryPolicy) withDefaults() RetryPolicy {
+// WithDefaults fills zero fields with the defaults.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = DefaultRetryMaxAttempts
 	}
@@ -119,7 +119,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // clamped); nil means math/rand/v2's Float64. Zero fields of p mean the
 // defaults; attempt below 1 counts as 1.
 func (p RetryPolicy) Backoff(attempt int, rnd func() float64) time.Duration {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	ceiling := min(p.InitialBackoff, p.MaxBackoff)
 	for i := 1; i < attempt && ceiling < p.MaxBackoff; i++ {
 		if ceiling > p.MaxBackoff/2 {
@@ -558,7 +558,7 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 func parseRetry(e *retryEntry) (RetryPolicy, error) {
 	var p RetryPolicy
 	if e == nil {
-		return p.withDefaults(), nil
+		return p.WithDefaults(), nil
 	}
 	if isSet(e.MaxAttempts) {
 		n, err := parseCountField("retry.max_attempts", e.MaxAttempts, 1, MaxRetryAttempts)
@@ -574,7 +574,7 @@ func parseRetry(e *retryEntry) (RetryPolicy, error) {
 	if p.MaxBackoff, err = parseDurationField("retry.max_backoff", e.MaxBackoff); err != nil {
 		return p, err
 	}
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	if p.InitialBackoff > p.MaxBackoff {
 		return p, fmt.Errorf("retry.initial_backoff %s is above retry.max_backoff %s", p.InitialBackoff, p.MaxBackoff)
 	}

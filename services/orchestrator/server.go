@@ -25,16 +25,24 @@ import (
 // DefaultPageSize is ListWorkflows' page size when the request says 0.
 const DefaultPageSize = 100
 
-// Server implements orchestratorv1.OrchestratorServiceServer over an
-// Engine. It returns Go errors wrapping pkg/errs kinds; the server's
+// Server implements orchestratorv1.OrchestratorServiceServer over any
+// Engine. It checks requests, so every engine answers bad input the same
+// way, and returns Go errors wrapping pkg/errs kinds; the server's
 // interceptor chain maps them to statuses.
 type Server struct {
 	orchestratorv1.UnimplementedOrchestratorServiceServer
-	e *Engine
+	e       Engine
+	workers int
 }
 
-// NewServer returns a Server over e.
-func NewServer(e *Engine) *Server { return &Server{e: e} }
+// NewServer returns a Server over e; workers is DispatchMany's default
+// concurrency (0: DefaultWorkers).
+func NewServer(e Engine, workers int) *Server {
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	return &Server{e: e, workers: workers}
+}
 
 func budgetOf(m *typesv1.Money) (decimal.NullDecimal, error) {
 	if m == nil {
@@ -47,102 +55,62 @@ func budgetOf(m *typesv1.Money) (decimal.NullDecimal, error) {
 	return decimal.NewNullDecimal(d), nil
 }
 
-func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (*record, bool, error) {
-	req, err := newStartRequest(wfID, agentID, in, b, detached)
-	if err != nil {
-		return nil, false, err
-	}
-	return s.e.Start(ctx, req)
-}
-
-// newStartRequest checks a Dispatch or StartWorkflow request and builds
-// the startRequest both backends start from.
-func newStartRequest(wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (startRequest, error) {
+// start checks a Dispatch or StartWorkflow request and starts (or finds)
+// its workflow.
+func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (string, bool, error) {
 	if in == nil || in.Message == nil {
-		return startRequest{}, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
+		return "", false, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
 	}
 	budget, err := budgetOf(b)
 	if err != nil {
-		return startRequest{}, err
+		return "", false, err
 	}
-	// Only the correlation id is the caller's; the rest is assigned.
+	// Only the correlation and causation ids are the caller's; the rest
+	// is assigned.
 	in = proto.Clone(in).(*operatorv1.OperatorInput)
 	in.Dispatch = &operatorv1.DispatchContext{CorrelationId: in.GetDispatch().GetCorrelationId(), CausationId: in.GetDispatch().GetCausationId()}
-	return startRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached}, nil
+	if wfID == "" {
+		wfID = NewWorkflowID()
+	}
+	return s.e.Start(ctx, &StartRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached})
 }
 
 // Dispatch implements OrchestratorService.Dispatch.
 func (s *Server) Dispatch(ctx context.Context, req *orchestratorv1.DispatchRequest) (*orchestratorv1.DispatchResponse, error) {
-	return s.dispatch(ctx, req)
-}
-
-func (s *Server) dispatch(ctx context.Context, req *orchestratorv1.DispatchRequest) (*orchestratorv1.DispatchResponse, error) {
-	rec, existed, err := s.start(ctx, req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), false)
+	id, existed, err := s.start(ctx, req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), false)
 	if err != nil {
 		return nil, err
 	}
-	id := rec.ID
-	rec, err = s.e.Wait(ctx, id)
+	wf, err := s.e.Wait(ctx, id)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) && !existed && !deadlineNear(ctx) {
-			s.e.abandon(id) // the caller gave up: its workflow stops with it
-
+		if errors.Is(ctx.Err(), context.Canceled) && !existed && !DeadlineNear(ctx) {
+			// The caller gave up: its workflow stops with it.
+			_, _ = s.e.Cancel(context.WithoutCancel(ctx), id, CallerLeft)
 		}
 		return nil, err
 	}
-	return s.e.response(rec)
+	return response(wf)
 }
+
+// CallerLeft is the reason a workflow whose Dispatch caller cancelled
+// the call ends CANCELED with.
+const CallerLeft = "the Dispatch caller cancelled the call"
 
 // response builds a DispatchResponse from a workflow that stopped.
-func (e *Engine) response(rec *record) (*orchestratorv1.DispatchResponse, error) {
-	switch rec.Status {
+func response(wf *Workflow) (*orchestratorv1.DispatchResponse, error) {
+	switch wf.Status {
 	case orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED:
-		if rec.Failure == nil {
-			return nil, fmt.Errorf("workflow %q %s: %w", rec.ID, statusName(rec.Status), errs.Internal)
+		if wf.Failure == nil {
+			return nil, fmt.Errorf("workflow %q %s: %w", wf.ID, StatusName(wf.Status), errs.Internal)
 		}
-		return nil, rec.Failure.err()
+		return nil, wf.Failure.Err()
 	}
-	resp := &orchestratorv1.DispatchResponse{WorkflowId: rec.ID, TotalCost: money.FromDecimal(rec.Spent)}
-	if rec.LastOutput != nil {
-		resp.Output = &operatorv1.OperatorOutput{}
-		if err := proto.Unmarshal(rec.LastOutput, resp.Output); err != nil {
-			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
-		}
-	}
-	steps, err := e.j.Steps(rec.ID)
-	if err != nil {
-		return nil, err
-	}
-	outcomes, err := e.j.Effects(rec.ID)
-	if err != nil {
-		return nil, err
-	}
-	for i, st := range steps {
-		if st.Output == nil {
-			continue
-		}
-		out := &operatorv1.OperatorOutput{}
-		if err := proto.Unmarshal(st.Output, out); err != nil {
-			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
-		}
-		id := dispatchID(rec.ID, uint64(i+1))
-		for j, eff := range out.GetEffects() {
-			key := effectKey(id, j, eff)
-			o := &orchestratorv1.EffectOutcome{IdempotencyKey: key}
-			if r := outcomes[key]; r != nil {
-				o.Applied, o.Detail = r.Applied, r.Detail
-			} else {
-				o.Detail = "not executed: the workflow stopped first"
-			}
-			resp.Effects = append(resp.Effects, o)
-		}
-	}
-	return resp, nil
+	return &orchestratorv1.DispatchResponse{WorkflowId: wf.ID, TotalCost: money.FromDecimal(wf.Spent), Output: wf.LastOutput, Effects: wf.Effects}, nil
 }
 
 // DispatchMany implements OrchestratorService.DispatchMany.
 func (s *Server) DispatchMany(ctx context.Context, req *orchestratorv1.DispatchManyRequest) (*orchestratorv1.DispatchManyResponse, error) {
-	return dispatchMany(ctx, req, s.e.opts.Workers, s.dispatch)
+	return dispatchMany(ctx, req, s.workers, s.Dispatch)
 }
 
 // dispatchMany runs the tasks through dispatch, workers at a time (the
@@ -188,8 +156,8 @@ func statusOf(err error) *typesv1.Status {
 	return &typesv1.Status{Code: int32(st.Code()), Message: st.Message(), Reason: errs.Reason(err)}
 }
 
-// statusErr converts a wire Status back to an error.
-func statusErr(st *typesv1.Status) error {
+// StatusErr converts a wire Status back to an error.
+func StatusErr(st *typesv1.Status) error {
 	s := status.New(codeOf(st.GetCode()), st.GetMessage())
 	if st.GetReason() != "" {
 		s = errs.WithReason(s, st.GetReason())
@@ -198,7 +166,7 @@ func statusErr(st *typesv1.Status) error {
 }
 
 // Signal implements OrchestratorService.Signal.
-func (s *Server) Signal(_ context.Context, req *orchestratorv1.SignalRequest) (*orchestratorv1.SignalResponse, error) {
+func (s *Server) Signal(ctx context.Context, req *orchestratorv1.SignalRequest) (*orchestratorv1.SignalResponse, error) {
 	if req.GetSignal() == nil {
 		return nil, fmt.Errorf("signal is required: %w", errs.InvalidArgument)
 	}
@@ -206,7 +174,7 @@ func (s *Server) Signal(_ context.Context, req *orchestratorv1.SignalRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("signal: %v: %w", err, errs.InvalidArgument)
 	}
-	seq, dup, err := s.e.Signal(req.GetWorkflowId(), payload, req.GetIdempotencyKey())
+	seq, dup, err := s.e.Signal(ctx, req.GetWorkflowId(), payload, req.GetIdempotencyKey())
 	if err != nil {
 		return nil, err
 	}
@@ -216,21 +184,28 @@ func (s *Server) Signal(_ context.Context, req *orchestratorv1.SignalRequest) (*
 // Query types.
 var queryTypes = []string{"status", "steps", "signals"}
 
-// Query implements OrchestratorService.Query.
-func (s *Server) Query(_ context.Context, req *orchestratorv1.QueryRequest) (*orchestratorv1.QueryResponse, error) {
-	rec, err := s.e.j.Get(req.GetWorkflowId())
-	if err != nil {
-		return nil, err
-	}
-	var v any
+// Query implements OrchestratorService.Query. The query type is checked
+// before the workflow is looked up.
+func (s *Server) Query(ctx context.Context, req *orchestratorv1.QueryRequest) (*orchestratorv1.QueryResponse, error) {
+	id := req.GetWorkflowId()
+	var (
+		v   any
+		err error
+	)
 	switch req.GetQueryType() {
 	case "status":
-		v, err = statusView(rec)
+		var wf *Workflow
+		if wf, err = s.e.Get(ctx, id); err == nil {
+			v, err = statusView(wf)
+		}
 	case "steps":
-		v, err = s.stepsQuery(rec)
+		var steps []StepView
+		if steps, err = s.e.Steps(ctx, id); err == nil {
+			v = stepsView(steps)
+		}
 	case "signals":
-		var sigs []*signalRecord
-		if sigs, err = s.e.j.Signals(rec.ID); err == nil {
+		var sigs []SignalView
+		if sigs, err = s.e.Signals(ctx, id); err == nil {
 			v = signalsView(sigs)
 		}
 	default:
@@ -265,24 +240,20 @@ func protoJSON(m proto.Message) (any, error) {
 }
 
 // statusView is the status query's answer.
-func statusView(rec *record) (any, error) {
+func statusView(wf *Workflow) (any, error) {
 	out := map[string]any{
-		"workflow_id": rec.ID, "status": statusName(rec.Status), "root_agent": rec.RootAgent,
-		"current_agent": rec.CurrentAgent, "steps": float64(rec.Steps), "spent": rec.Spent.String(),
-		"pending_signals": float64(rec.Pending),
+		"workflow_id": wf.ID, "status": StatusName(wf.Status), "root_agent": wf.RootAgent,
+		"current_agent": wf.CurrentAgent, "steps": float64(wf.Steps), "spent": wf.Spent.String(),
+		"pending_signals": float64(wf.Pending),
 	}
-	if rec.Budget.Valid {
-		out["budget"] = rec.Budget.Decimal.String()
+	if wf.Budget.Valid {
+		out["budget"] = wf.Budget.Decimal.String()
 	}
-	if rec.Failure != nil {
-		out["failure"] = map[string]any{"code": codeOf(rec.Failure.Code).String(), "message": rec.Failure.Message, "reason": rec.Failure.Reason}
+	if wf.Failure != nil {
+		out["failure"] = map[string]any{"code": codeOf(wf.Failure.Code).String(), "message": wf.Failure.Message, "reason": wf.Failure.Reason}
 	}
-	if rec.LastOutput != nil {
-		o := &operatorv1.OperatorOutput{}
-		if err := proto.Unmarshal(rec.LastOutput, o); err != nil {
-			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
-		}
-		j, err := protoJSON(o)
+	if wf.LastOutput != nil {
+		j, err := protoJSON(wf.LastOutput)
 		if err != nil {
 			return nil, err
 		}
@@ -291,19 +262,13 @@ func statusView(rec *record) (any, error) {
 	return out, nil
 }
 
-func (s *Server) stepsQuery(rec *record) (any, error) {
-	steps, err := s.e.j.Steps(rec.ID)
-	if err != nil {
-		return nil, err
-	}
+// stepsView is the steps query's answer.
+func stepsView(steps []StepView) []any {
 	list := make([]any, 0, len(steps))
-	for i, st := range steps {
-		in := &operatorv1.OperatorInput{}
-		_ = proto.Unmarshal(st.Input, in)
+	for _, st := range steps {
 		item := map[string]any{
-			"step": float64(i + 1), "dispatch_id": in.GetDispatch().GetDispatchId(), "agent": st.Agent,
-			"depth": float64(in.GetDispatch().GetDepth()), "trigger": in.GetTrigger().String(),
-			"started": st.Started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), "state": "running",
+			"step": float64(st.N), "dispatch_id": st.Dispatch, "agent": st.Agent, "depth": float64(st.Depth),
+			"trigger": st.Trigger, "started": st.Started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), "state": st.State,
 		}
 		if len(st.Signals) > 0 {
 			seqs := make([]any, len(st.Signals))
@@ -312,25 +277,21 @@ func (s *Server) stepsQuery(rec *record) (any, error) {
 			}
 			item["signals"] = seqs
 		}
-		switch {
-		case st.Error != nil:
-			item["state"] = "failed"
-			item["error"] = st.Error.Message
-		case st.Output != nil:
-			o := &operatorv1.OperatorOutput{}
-			_ = proto.Unmarshal(st.Output, o)
-			item["state"] = "done"
-			item["exit"] = o.GetExitReason().GetKind().String()
-			item["cost"] = outputCost(o).String()
-			item["effects"] = float64(len(o.GetEffects()))
+		switch st.State {
+		case "failed":
+			item["error"] = st.Error
+		case "done":
+			item["exit"] = st.Exit
+			item["cost"] = st.Cost
+			item["effects"] = float64(st.Effects)
 		}
 		list = append(list, item)
 	}
-	return list, nil
+	return list
 }
 
 // signalsView is the signals query's answer.
-func signalsView(sigs []*signalRecord) []any {
+func signalsView(sigs []SignalView) []any {
 	list := make([]any, 0, len(sigs))
 	for _, sg := range sigs {
 		p := &typesv1.SignalPayload{}
@@ -349,56 +310,51 @@ func signalsView(sigs []*signalRecord) []any {
 
 // StartWorkflow implements OrchestratorService.StartWorkflow.
 func (s *Server) StartWorkflow(ctx context.Context, req *orchestratorv1.StartWorkflowRequest) (*orchestratorv1.StartWorkflowResponse, error) {
-	rec, existed, err := s.start(context.WithoutCancel(ctx), req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), true)
+	id, existed, err := s.start(context.WithoutCancel(ctx), req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), true)
 	if err != nil {
 		return nil, err
 	}
-	return &orchestratorv1.StartWorkflowResponse{WorkflowId: rec.ID, AlreadyStarted: existed}, nil
+	return &orchestratorv1.StartWorkflowResponse{WorkflowId: id, AlreadyStarted: existed}, nil
 }
 
 // GetWorkflow implements OrchestratorService.GetWorkflow.
-func (s *Server) GetWorkflow(_ context.Context, req *orchestratorv1.GetWorkflowRequest) (*orchestratorv1.GetWorkflowResponse, error) {
-	rec, err := s.e.j.Get(req.GetWorkflowId())
+func (s *Server) GetWorkflow(ctx context.Context, req *orchestratorv1.GetWorkflowRequest) (*orchestratorv1.GetWorkflowResponse, error) {
+	wf, err := s.e.Get(ctx, req.GetWorkflowId())
 	if err != nil {
 		return nil, err
 	}
-	wf, err := toWorkflow(rec)
-	if err != nil {
-		return nil, err
-	}
-	return &orchestratorv1.GetWorkflowResponse{Workflow: wf}, nil
+	return &orchestratorv1.GetWorkflowResponse{Workflow: toWorkflow(wf)}, nil
 }
 
 // CancelWorkflow implements OrchestratorService.CancelWorkflow.
-func (s *Server) CancelWorkflow(_ context.Context, req *orchestratorv1.CancelWorkflowRequest) (*orchestratorv1.CancelWorkflowResponse, error) {
-	rec, err := s.e.Cancel(req.GetWorkflowId(), req.GetReason())
+func (s *Server) CancelWorkflow(ctx context.Context, req *orchestratorv1.CancelWorkflowRequest) (*orchestratorv1.CancelWorkflowResponse, error) {
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "cancelled by a caller"
+	}
+	wf, err := s.e.Cancel(ctx, req.GetWorkflowId(), reason)
 	if err != nil {
 		return nil, err
 	}
-	wf, err := toWorkflow(rec)
-	if err != nil {
-		return nil, err
-	}
-	return &orchestratorv1.CancelWorkflowResponse{Workflow: wf}, nil
+	return &orchestratorv1.CancelWorkflowResponse{Workflow: toWorkflow(wf)}, nil
 }
 
 // ListWorkflows implements OrchestratorService.ListWorkflows.
-func (s *Server) ListWorkflows(_ context.Context, req *orchestratorv1.ListWorkflowsRequest) (*orchestratorv1.ListWorkflowsResponse, error) {
+func (s *Server) ListWorkflows(ctx context.Context, req *orchestratorv1.ListWorkflowsRequest) (*orchestratorv1.ListWorkflowsResponse, error) {
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
 		return nil, err
 	}
-	recs, next, err := s.e.j.List(req.GetStatus(), size, req.GetPageToken())
+	if _, ok := orchestratorv1.WorkflowStatus_name[int32(req.GetStatus())]; !ok {
+		return nil, fmt.Errorf("status %d is not a workflow status: %w", req.GetStatus(), errs.InvalidArgument)
+	}
+	wfs, next, err := s.e.List(ctx, req.GetStatus(), size, req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
 	resp := &orchestratorv1.ListWorkflowsResponse{NextPageToken: next}
-	for _, r := range recs {
-		wf, err := toWorkflow(r)
-		if err != nil {
-			return nil, err
-		}
-		resp.Workflows = append(resp.Workflows, wf)
+	for _, wf := range wfs {
+		resp.Workflows = append(resp.Workflows, toWorkflow(wf))
 	}
 	return resp, nil
 }
@@ -415,11 +371,11 @@ func pageSize(n int32) (int, error) {
 	return size, nil
 }
 
-func toWorkflow(r *record) (*orchestratorv1.Workflow, error) {
+func toWorkflow(r *Workflow) *orchestratorv1.Workflow {
 	wf := &orchestratorv1.Workflow{
 		WorkflowId: r.ID, Status: r.Status, RootAgentId: r.RootAgent, CurrentAgentId: r.CurrentAgent,
 		Steps: r.Steps, Spent: money.FromDecimal(r.Spent), CreateTime: timestamppb.New(r.Created),
-		UpdateTime: timestamppb.New(r.Updated), PendingSignals: r.Pending,
+		UpdateTime: timestamppb.New(r.Updated), PendingSignals: r.Pending, LastOutput: r.LastOutput,
 	}
 	if r.Budget.Valid {
 		wf.Budget = money.FromDecimal(r.Budget.Decimal)
@@ -427,13 +383,7 @@ func toWorkflow(r *record) (*orchestratorv1.Workflow, error) {
 	if r.Failure != nil {
 		wf.Failure = &typesv1.Status{Code: r.Failure.Code, Message: r.Failure.Message, Reason: r.Failure.Reason}
 	}
-	if r.LastOutput != nil {
-		wf.LastOutput = &operatorv1.OperatorOutput{}
-		if err := proto.Unmarshal(r.LastOutput, wf.LastOutput); err != nil {
-			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
-		}
-	}
-	return wf, nil
+	return wf
 }
 
 func codeOf(c int32) codes.Code {
@@ -443,13 +393,13 @@ func codeOf(c int32) codes.Code {
 	return codes.Code(c)
 }
 
-// deadlineNear reports whether ctx's deadline has passed or is about to:
+// DeadlineNear reports whether ctx's deadline has passed or is about to:
 // a gRPC client whose deadline expires cancels the call, which can reach
 // the server a moment before the server's own copy of that deadline
 // fires. Such a call did not "go away"; its workflow fails on the
 // deadline (its context carries the same deadline) rather than being
 // cancelled.
-func deadlineNear(ctx context.Context) bool {
+func DeadlineNear(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ok && time.Until(dl) < deadlineSlack
 }

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/temporal"
 )
 
 // The workflow must stay deterministic: a history recorded by an
@@ -38,7 +39,7 @@ func replayer(t *testing.T) worker.WorkflowReplayer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orchestrator.NewTemporal(nil, reg, nil, nil, nil, orchestrator.TemporalOptions{}).RegisterWorkflow(r)
+	temporal.New(nil, orchestrator.Deps{Registry: reg}, temporal.Options{}).RegisterWorkflow(r)
 	return r
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/temporal"
 )
 
 // startTemporalOrch runs an orchestrator on the Temporal backend (a
@@ -35,15 +36,15 @@ func startTemporalOrch(t *testing.T, dev *testenv.TemporalDev, registry []byte, 
 		o.engine.Log = quiet()
 	}
 	tq := "neuron-" + t.Name()
-	tb := orchestrator.NewTemporal(dev.Client, reg, caller, statev1.NewStateServiceClient(stateConn), bus, orchestrator.TemporalOptions{
+	tb := temporal.New(dev.Client, orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn), Bus: bus}, temporal.Options{
 		TaskQueue: tq, HeartbeatTimeout: 2 * time.Second, Engine: o.engine,
 	})
-	if err := tb.Start(); err != nil {
+	if err := tb.StartWorker(); err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, func(s *grpcserver.Server) {
-		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewTemporalServer(tb))
-		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus))
+		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewServer(tb, o.engine.Workers))
+		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus, lifecycle.WithWorkflowLog(tb, 50*time.Millisecond)))
 	})
 	t.Cleanup(func() {
 		tb.Stop()

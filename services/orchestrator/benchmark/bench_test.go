@@ -27,6 +27,8 @@ import (
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/testenv"
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/journal"
+	"github.com/secbear/neuron/services/orchestrator/temporal"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -172,11 +174,11 @@ func serveBare(b *testing.B, gs *grpc.Server) string {
 func startTemporal(b *testing.B, dev *testenv.TemporalDev, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
 	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
 		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: 1})
-		t := orchestrator.NewTemporal(dev.Client, reg, caller, state, bus, orchestrator.TemporalOptions{Engine: orchestrator.Options{Log: log}})
-		if err := t.Start(); err != nil {
+		t := temporal.New(dev.Client, orchestrator.Deps{Registry: reg, Caller: caller, State: state, Bus: bus}, temporal.Options{Engine: orchestrator.Options{Log: log}})
+		if err := t.StartWorker(); err != nil {
 			b.Fatal(err)
 		}
-		return orchestrator.NewTemporalServer(t), func() { t.Stop(); bus.Close() }
+		return orchestrator.NewServer(t, 0), func() { t.Stop(); bus.Close() }
 	})
 }
 
@@ -185,13 +187,13 @@ func startTemporal(b *testing.B, dev *testenv.TemporalDev, log *slog.Logger, opA
 // at opAddr, and returns a client of it.
 func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
 	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
-		j, err := orchestrator.OpenJournal(filepath.Join(b.TempDir(), "journal.db"), time.Second)
+		j, err := journal.Open(filepath.Join(b.TempDir(), "journal.db"), time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
 		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: j.Epoch() * 1_000_000_000})
-		eng := orchestrator.NewEngine(j, reg, caller, state, bus, orchestrator.Options{Log: log})
-		return orchestrator.NewServer(eng), func() {
+		eng := journal.New(j, orchestrator.Deps{Registry: reg, Caller: caller, State: state, Bus: bus}, orchestrator.Options{Log: log})
+		return orchestrator.NewServer(eng, 0), func() {
 			eng.Close()
 			bus.Close()
 			if err := j.Close(); err != nil {

@@ -222,6 +222,12 @@ type LifecycleEvent struct {
 	AgentId string `protobuf:"bytes,4,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// Correlation id across protocols (the DispatchContext's).
 	CorrelationId string `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// Position in its workflow's durable event log (1, 2, ...), the same
+	// on every orchestrator replica and across restarts: pass the last one
+	// seen as after_workflow_sequence to resume. 0 for events that are not
+	// in a workflow's log (and on events of the live stream, whose
+	// position is known once recorded).
+	WorkflowSequence uint64 `protobuf:"varint,6,opt,name=workflow_sequence,json=workflowSequence,proto3" json:"workflow_sequence,omitempty"`
 	// Exactly one event is set.
 	//
 	// Types that are valid to be assigned to Event:
@@ -297,6 +303,13 @@ func (x *LifecycleEvent) GetCorrelationId() string {
 		return x.CorrelationId
 	}
 	return ""
+}
+
+func (x *LifecycleEvent) GetWorkflowSequence() uint64 {
+	if x != nil {
+		return x.WorkflowSequence
+	}
+	return 0
 }
 
 func (x *LifecycleEvent) GetEvent() isLifecycleEvent_Event {
@@ -1120,8 +1133,11 @@ type SubscribeRequest struct {
 	Sources []EventSource `protobuf:"varint,4,rep,packed,name=sources,proto3,enum=layer0.lifecycle.v1.EventSource" json:"sources,omitempty"`
 	// Replay buffered events with a sequence greater than this first.
 	AfterSequence *uint64 `protobuf:"varint,5,opt,name=after_sequence,json=afterSequence,proto3,oneof" json:"after_sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Stream workflow_id's durable event log from after this position (0:
+	// from its start); see Subscribe.
+	AfterWorkflowSequence *uint64 `protobuf:"varint,6,opt,name=after_workflow_sequence,json=afterWorkflowSequence,proto3,oneof" json:"after_workflow_sequence,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
@@ -1185,6 +1201,13 @@ func (x *SubscribeRequest) GetSources() []EventSource {
 func (x *SubscribeRequest) GetAfterSequence() uint64 {
 	if x != nil && x.AfterSequence != nil {
 		return *x.AfterSequence
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetAfterWorkflowSequence() uint64 {
+	if x != nil && x.AfterWorkflowSequence != nil {
+		return *x.AfterWorkflowSequence
 	}
 	return 0
 }
@@ -1343,14 +1366,15 @@ var File_layer0_lifecycle_v1_lifecycle_proto protoreflect.FileDescriptor
 
 const file_layer0_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\n" +
-	"#layer0/lifecycle/v1/lifecycle.proto\x12\x13layer0.lifecycle.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1blayer0/types/v1/scope.proto\"\x9b\x03\n" +
+	"#layer0/lifecycle/v1/lifecycle.proto\x12\x13layer0.lifecycle.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1blayer0/types/v1/scope.proto\"\xc8\x03\n" +
 	"\x0eLifecycleEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1f\n" +
 	"\vworkflow_id\x18\x03 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
 	"\bagent_id\x18\x04 \x01(\tR\aagentId\x12%\n" +
-	"\x0ecorrelation_id\x18\x05 \x01(\tR\rcorrelationId\x12:\n" +
+	"\x0ecorrelation_id\x18\x05 \x01(\tR\rcorrelationId\x12+\n" +
+	"\x11workflow_sequence\x18\x06 \x01(\x04R\x10workflowSequence\x12:\n" +
 	"\x06budget\x18\n" +
 	" \x01(\v2 .layer0.lifecycle.v1.BudgetEventH\x00R\x06budget\x12F\n" +
 	"\n" +
@@ -1411,15 +1435,17 @@ const file_layer0_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"event_type\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\teventType\x12K\n" +
 	"\x14since_workflow_start\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x12sinceWorkflowStart\x12*\n" +
 	"\x04data\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x04data\x12\x19\n" +
-	"\btrace_id\x18\x05 \x01(\tR\atraceId\"\xa1\x02\n" +
+	"\btrace_id\x18\x05 \x01(\tR\atraceId\"\xfa\x02\n" +
 	"\x10SubscribeRequest\x12E\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x1e.layer0.lifecycle.v1.EventKindB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\x05kinds\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12K\n" +
 	"\asources\x18\x04 \x03(\x0e2 .layer0.lifecycle.v1.EventSourceB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\asources\x12*\n" +
-	"\x0eafter_sequence\x18\x05 \x01(\x04H\x00R\rafterSequence\x88\x01\x01B\x11\n" +
-	"\x0f_after_sequence\"h\n" +
+	"\x0eafter_sequence\x18\x05 \x01(\x04H\x00R\rafterSequence\x88\x01\x01\x12;\n" +
+	"\x17after_workflow_sequence\x18\x06 \x01(\x04H\x01R\x15afterWorkflowSequence\x88\x01\x01B\x11\n" +
+	"\x0f_after_sequenceB\x1a\n" +
+	"\x18_after_workflow_sequence\"h\n" +
 	"\x11SubscribeResponse\x129\n" +
 	"\x05event\x18\x01 \x01(\v2#.layer0.lifecycle.v1.LifecycleEventR\x05event\x12\x18\n" +
 	"\adropped\x18\x02 \x01(\x04R\adropped\"S\n" +

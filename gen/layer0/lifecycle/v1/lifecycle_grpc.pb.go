@@ -33,7 +33,15 @@ type LifecycleServiceClient interface {
 	// Subscribe streams events as they happen, filtered. With
 	// after_sequence set, buffered events after that sequence are replayed
 	// first, so a reconnecting subscriber misses nothing still buffered.
-	// Errors: INVALID_ARGUMENT for a bad filter; OUT_OF_RANGE when
+	// With workflow_id and after_workflow_sequence set, it streams that
+	// workflow's durable event log instead, from any orchestrator replica
+	// and across restarts: every recorded event after that position, then
+	// each one as it is recorded, in order, with no gap and no duplicate;
+	// the stream ends (OK) once the workflow has ended and its last event
+	// was sent.
+	// Errors: INVALID_ARGUMENT for a bad filter, or after_workflow_sequence
+	// without workflow_id or together with after_sequence; NOT_FOUND for an
+	// unknown workflow (with after_workflow_sequence); OUT_OF_RANGE when
 	// after_sequence is older than the buffer (the message names the oldest
 	// sequence kept); CANCELED when the subscriber leaves; UNAVAILABLE when
 	// the server shuts down.
@@ -92,7 +100,15 @@ type LifecycleServiceServer interface {
 	// Subscribe streams events as they happen, filtered. With
 	// after_sequence set, buffered events after that sequence are replayed
 	// first, so a reconnecting subscriber misses nothing still buffered.
-	// Errors: INVALID_ARGUMENT for a bad filter; OUT_OF_RANGE when
+	// With workflow_id and after_workflow_sequence set, it streams that
+	// workflow's durable event log instead, from any orchestrator replica
+	// and across restarts: every recorded event after that position, then
+	// each one as it is recorded, in order, with no gap and no duplicate;
+	// the stream ends (OK) once the workflow has ended and its last event
+	// was sent.
+	// Errors: INVALID_ARGUMENT for a bad filter, or after_workflow_sequence
+	// without workflow_id or together with after_sequence; NOT_FOUND for an
+	// unknown workflow (with after_workflow_sequence); OUT_OF_RANGE when
 	// after_sequence is older than the buffer (the message names the oldest
 	// sequence kept); CANCELED when the subscriber leaves; UNAVAILABLE when
 	// the server shuts down.

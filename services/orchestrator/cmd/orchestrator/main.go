@@ -37,6 +37,8 @@ import (
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/journal"
+	"github.com/secbear/neuron/services/orchestrator/temporal"
 )
 
 const envPrefix = "NEURON_ORCHESTRATOR"
@@ -78,21 +80,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		agents      = fs.String("agents", "", "YAML file of the agent registry (required): agent id -> operator or environment address and defaults")
 		dataDir     = fs.String("data-dir", ".data/orchestrator", "directory of the workflow journal (journal.db)")
-		lockTimeout = fs.Duration("lock-timeout", orchestrator.DefaultLockTimeout, "how long to wait for another process to release journal.db")
+		lockTimeout = fs.Duration("lock-timeout", journal.DefaultLockTimeout, "how long to wait for another process to release journal.db")
 		maxDepth    = fs.Uint("max-delegation-depth", orchestrator.DefaultMaxDepth, "deepest delegation chain allowed (the root agent is depth 0)")
 		maxSteps    = fs.Uint64("max-steps", orchestrator.DefaultMaxSteps, "most operator calls one workflow may make")
 		workers     = fs.Int("workers", orchestrator.DefaultWorkers, "DispatchMany's concurrency when the request names none")
 		warn        = fs.String("budget-warn-fraction", orchestrator.DefaultWarnFraction, "fraction of a workflow budget at which a BudgetWarning is sent (and a downgrade_model takes over)")
 		ring        = fs.Int("events-buffer", 4096, "lifecycle events kept for subscribers that reconnect with after_sequence")
 		subBuf      = fs.Int("subscriber-buffer", 256, "events buffered per subscriber; a slower subscriber misses events (reported as dropped) instead of slowing dispatch")
+		logPoll     = fs.Duration("event-log-poll", time.Second, "how often a subscriber of a workflow's event log (after_workflow_sequence) looks for events another replica recorded")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or text")
 		backend     = fs.String("backend", "bolt", "workflow durability: bolt (a journal in --data-dir; one process) or temporal (workflows on a Temporal cluster; any number of orchestrators)")
 		tAddr       = fs.String("temporal-address", "", "Temporal frontend host:port for --backend temporal, e.g. 127.0.0.1:7233")
 		tNamespace  = fs.String("temporal-namespace", "default", "Temporal namespace of the workflows")
-		tQueue      = fs.String("temporal-task-queue", orchestrator.DefaultTaskQueue, "Temporal task queue the workers poll; every orchestrator of one deployment uses the same")
-		tHeartbeat  = fs.Duration("temporal-heartbeat-timeout", orchestrator.DefaultHeartbeatTimeout, "how soon an operator call whose worker died is tried again by another worker")
-		tCall       = fs.Duration("temporal-call-timeout", orchestrator.DefaultCallTimeout, "longest one operator call attempt may take under --backend temporal")
+		tQueue      = fs.String("temporal-task-queue", temporal.DefaultTaskQueue, "Temporal task queue the workers poll; every orchestrator of one deployment uses the same")
+		tHeartbeat  = fs.Duration("temporal-heartbeat-timeout", temporal.DefaultHeartbeatTimeout, "how soon an operator call whose worker died is tried again by another worker")
+		callTimeout = fs.Duration("call-timeout", orchestrator.DefaultCallTimeout, "longest one operator call attempt may take (the Dispatch caller's deadline applies too)")
 		tAPIKeyFile = fs.String("temporal-api-key-file", "", "file holding a Temporal API key (Temporal Cloud)")
 		temporalTLS grpcclient.Config
 	)
@@ -101,6 +104,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&temporalTLS.KeyFile, "temporal-key", "", "client key for mTLS to Temporal")
 	fs.StringVar(&temporalTLS.ServerName, "temporal-server-name", "", "name to verify in the Temporal frontend's certificate")
 	fs.BoolVar(&temporalTLS.Plaintext, "temporal-plaintext", false, "reach Temporal without TLS outside --dev (behind a mesh)")
+	fs.DurationVar(callTimeout, "temporal-call-timeout", orchestrator.DefaultCallTimeout, "deprecated spelling of --call-timeout")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "orchestrator: the layer0 OrchestratorService and LifecycleService (bbolt journal or Temporal)")
 	if err := flagenv.Parse(fs, envPrefix, args, nil); err != nil {
 		return err
@@ -164,10 +168,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stateConn.Close()
 
 	opts := orchestrator.Options{
-		MaxDepth: uint32(min(*maxDepth, 1<<16)), MaxSteps: *maxSteps, Workers: *workers, WarnFraction: frac, Log: log,
+		MaxDepth: uint32(min(*maxDepth, 1<<16)), MaxSteps: *maxSteps, Workers: *workers, WarnFraction: frac,
+		CallTimeout: *callTimeout, Log: log,
 	}
-	state := statev1.NewStateServiceClient(stateConn)
-	var stopEngine func()
+	deps := orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn)}
+	var (
+		engine     orchestrator.Engine
+		stopEngine func()
+		bus        *lifecycle.Bus
+	)
 	if *backend == "temporal" {
 		tls := temporalTLS
 		tls.Dev = srvCfg.Dev
@@ -176,45 +185,44 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer tc.Close()
-		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: uint64(time.Now().UnixMilli()) * 1_000_000})
-		defer bus.Close()
-		t := orchestrator.NewTemporal(tc, reg, caller, state, bus, orchestrator.TemporalOptions{
-			TaskQueue: *tQueue, HeartbeatTimeout: *tHeartbeat, CallTimeout: *tCall, Engine: opts,
-		})
-		if err := t.Start(); err != nil {
+		bus = lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: uint64(time.Now().UnixMilli()) * 1_000_000})
+		deps.Bus = bus
+		t := temporal.New(tc, deps, temporal.Options{TaskQueue: *tQueue, HeartbeatTimeout: *tHeartbeat, Engine: opts})
+		if err := t.StartWorker(); err != nil {
+			bus.Close()
 			return err
 		}
-		stopEngine = t.Stop
+		engine, stopEngine = t, t.Stop
 		log.Info("temporal", "address", *tAddr, "namespace", *tNamespace, "task_queue", *tQueue, "agents", len(reg.Agents()))
-		orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewTemporalServer(t))
-		lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx)))
 	} else {
 		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		path := filepath.Join(*dataDir, "journal.db")
-		j, err := orchestrator.OpenJournal(path, *lockTimeout)
+		j, err := journal.Open(path, *lockTimeout)
 		if err != nil {
 			return err
 		}
 		defer j.Close()
 		log.Info("journal", "file", path, "agents", len(reg.Agents()))
-
-		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: j.Epoch() * 1_000_000_000})
-		defer bus.Close()
-		eng := orchestrator.NewEngine(j, reg, caller, state, bus, opts)
-		orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(eng))
-		lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx)))
-
+		bus = lifecycle.NewBus(lifecycle.Options{BufferSize: *ring, SubscriberBuffer: *subBuf, StartSequence: j.Epoch() * 1_000_000_000})
+		deps.Bus = bus
+		eng := journal.New(j, deps, opts)
 		n, err := eng.Resume()
 		if err != nil {
+			eng.Close()
+			bus.Close()
 			return fmt.Errorf("resume workflows from %s: %w", path, err)
 		}
 		if n > 0 {
 			log.Info("resumed unfinished workflows", "count", n)
 		}
-		stopEngine = eng.Close
+		engine, stopEngine = eng, eng.Close
 	}
+	defer bus.Close()
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(engine, opts.Workers))
+	lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx),
+		lifecycle.WithWorkflowLog(engine, *logPoll)))
 	lis, err := srv.Listen()
 	if err != nil {
 		stopEngine()

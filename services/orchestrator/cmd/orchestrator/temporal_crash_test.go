@@ -146,7 +146,7 @@ func stallBug(stalled []heldActivity) string {
 		return ""
 	}
 	return fmt.Sprintf("BUG: Temporal did not retry the effect activities of %v within %v of their worker's SIGKILL, so the test failed them by hand "+
-		"(CompleteActivityByID): services/orchestrator/temporal_workflow.go (tw).effects schedules effect activities with StartToCloseTimeout 1m "+
+		"(CompleteActivityByID): services/orchestrator/temporal (the host's Apply) schedules effect activities with StartToCloseTimeout 1m "+
 		"and no HeartbeatTimeout, so a dead worker's effect is retried only when that minute ends", stalled, effectGrace)
 }
 

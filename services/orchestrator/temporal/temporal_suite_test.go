@@ -1,10 +1,10 @@
-package orchestrator
+package temporal
 
-// The Temporal workflow's logic, run by the SDK's test environment (no
-// Temporal server) with the real activities: a scripted in-process
-// Caller stands in for the operators and a real in-memory State service
-// keeps outputs and memory. The bbolt engine (run.go, effects.go) and
-// the README are the reference semantics.
+// The Temporal workflow, run by the SDK's test environment (no Temporal
+// server) with the real activities: a scripted in-process Caller stands
+// in for the operators and a real in-memory State service keeps outputs
+// and memory. The shared workflow (orchestrator.Run), the journal engine
+// and the README are the reference semantics.
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,14 +30,17 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -58,11 +62,8 @@ type tsCaller struct {
 	calls  []tsCall
 }
 
-func (c *tsCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
-	rec := tsCall{in: proto.Clone(in).(*operatorv1.OperatorInput)}
-	if left, ok := ctx.Value(budgetKey{}).(decimal.Decimal); ok {
-		rec.budget = left.String()
-	}
+func (c *tsCaller) Call(ctx context.Context, agent *orchestrator.Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+	rec := tsCall{in: proto.Clone(in).(*operatorv1.OperatorInput), budget: remainingBudget(ctx, in)}
 	c.mu.Lock()
 	c.calls = append(c.calls, rec)
 	b := c.agents[agent.ID]
@@ -71,6 +72,24 @@ func (c *tsCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.Operat
 		return nil, fmt.Errorf("test caller: no behaviour for agent %q: %w", agent.ID, errs.FailedPrecondition)
 	}
 	return b(ctx, in)
+}
+
+// remainingBudget is the workflow budget left that ctx carries to the
+// dispatch boundary ("" for none), as orchestrator.BudgetInterceptor
+// reads it: it lowers an input's max_cost to what is left.
+func remainingBudget(ctx context.Context, in *operatorv1.OperatorInput) string {
+	req := &operatorv1.ExecuteRequest{Input: proto.Clone(in).(*operatorv1.OperatorInput)}
+	req.Input.Config = nil
+	var left string
+	_ = orchestrator.BudgetInterceptor()(ctx, "/layer0.operator.v1.OperatorService/Execute", req, nil, nil,
+		func(_ context.Context, _ string, req, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			if m := req.(*operatorv1.ExecuteRequest).GetInput().GetConfig().GetMaxCost(); m != nil {
+				d, _ := money.Parse(m)
+				left = d.String()
+			}
+			return nil
+		})
+	return left
 }
 
 // all returns every call, in order.
@@ -171,7 +190,8 @@ type tsEnv struct {
 	env    *testsuite.TestWorkflowEnvironment
 	caller *tsCaller
 	state  *tsState
-	reg    *Registry
+	reg    *orchestrator.Registry
+	bus    *lifecycle.Bus
 	wfID   string
 }
 
@@ -183,19 +203,21 @@ func tsAgent(id string, attempts int) map[string]any {
 
 // newTSEnv builds the backend over a fresh in-memory State service and
 // registers its workflow and activities with a test environment.
-func newTSEnv(t *testing.T, wfID string, agents []map[string]any, behaviours map[string]tsBehaviour, opts TemporalOptions) *tsEnv {
+func newTSEnv(t *testing.T, wfID string, agents []map[string]any, behaviours map[string]tsBehaviour, opts Options) *tsEnv {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"agents": agents})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := ParseRegistry(b)
+	reg, err := orchestrator.ParseRegistry(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := &tsState{StateServiceClient: startTSState(t), attempts: map[string]int{}, applied: map[string]int{}}
 	caller := &tsCaller{agents: behaviours}
-	tb := NewTemporal(nil, reg, caller, st, nil, opts)
+	bus := lifecycle.NewBus(lifecycle.Options{})
+	t.Cleanup(bus.Close)
+	tb := New(nil, orchestrator.Deps{Registry: reg, Caller: caller, State: st, Bus: bus}, opts)
 
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)))
@@ -204,7 +226,7 @@ func newTSEnv(t *testing.T, wfID string, agents []map[string]any, behaviours map
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: wfID, TaskQueue: DefaultTaskQueue})
 	tb.RegisterWorkflow(env)
 	tb.RegisterActivities(env)
-	return &tsEnv{t: t, env: env, caller: caller, state: st, reg: reg, wfID: wfID}
+	return &tsEnv{t: t, env: env, caller: caller, state: st, reg: reg, bus: bus, wfID: wfID}
 }
 
 // startTSState serves a real in-memory State service (with the standard
@@ -232,8 +254,8 @@ func startTSState(t *testing.T) statev1.StateServiceClient {
 	return statev1.NewStateServiceClient(cc)
 }
 
-// tsInput is the workflow argument TemporalServer.start builds for a
-// user message to root.
+// tsInput is the workflow argument Engine.Start builds for a user
+// message to root.
 func tsInput(t *testing.T, root, text, session string) twInput {
 	t.Helper()
 	in := &operatorv1.OperatorInput{Message: content.Text(text), Trigger: operatorv1.TriggerType_TRIGGER_TYPE_USER,
@@ -246,7 +268,7 @@ func tsInput(t *testing.T, root, text, session string) twInput {
 		t.Fatal(err)
 	}
 	return twInput{RootAgent: root, Input: b, Trace: map[string]string{},
-		MaxDepth: DefaultMaxDepth, MaxSteps: DefaultMaxSteps, WarnFraction: DefaultWarnFraction}
+		MaxDepth: orchestrator.DefaultMaxDepth, MaxSteps: orchestrator.DefaultMaxSteps, WarnFraction: orchestrator.DefaultWarnFraction}
 }
 
 // run executes the workflow to its end: its result, or the error it
@@ -327,7 +349,7 @@ func (e *tsEnv) when(cond func() bool, do func()) {
 	e.env.RegisterDelayedCallback(check, 10*time.Millisecond)
 }
 
-// signalIn is a signal as TemporalServer.Signal sends it.
+// signalIn is a signal as Engine.Signal sends it.
 func (e *tsEnv) signalIn(key, typ string, data any) twSignalIn {
 	e.t.Helper()
 	v, err := structpb.NewValue(data)
@@ -348,8 +370,8 @@ func (e *tsEnv) signal(key, typ string, data any) {
 	e.env.SignalWorkflow(twSignal, e.signalIn(key, typ, data))
 }
 
-// failureOf is the failure a workflow ended with.
-func failureOf(t *testing.T, err error) *failure {
+// workflowFailure is the failure a workflow ended with.
+func workflowFailure(t *testing.T, err error) *failure {
 	t.Helper()
 	if err == nil {
 		t.Fatal("the workflow completed, want it to fail")
@@ -457,7 +479,7 @@ func TestTemporalSuiteCompletion(t *testing.T) {
 			out = tsDone(in, "Hello.", "0.0123")
 			return out, nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	res := e.mustRun(tsInput(t, "a", "Hi.", ""))
 
 	if res.Steps != 1 || res.Spent != "0.0123" || res.CurrentAgent != "a" || res.LastStep != 1 {
@@ -501,7 +523,7 @@ func TestTemporalSuiteDelegateHandoff(t *testing.T) {
 	}
 	e := newTSEnv(t, "wf-e2e", []map[string]any{tsAgent("planner", 3), tsAgent("researcher", 3), tsAgent("writer", 3)},
 		map[string]tsBehaviour{"planner": planner, "researcher": researcher, "writer": tsAnswer("Report: a, b and c.", "0.005")},
-		TemporalOptions{})
+		Options{})
 	res := e.mustRun(tsInput(t, "planner", "Write a report.", "s1"))
 
 	if got := e.caller.order(); got != "planner,researcher,planner,writer" {
@@ -568,7 +590,7 @@ func TestTemporalSuiteSignals(t *testing.T) {
 			}
 			return tsDone(in, "ok", "0"), nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	// While the first call is in flight: two signals and a repeat of the
 	// first key (with other data), then the call returns.
 	e.when(func() bool { return len(e.caller.all()) == 1 }, func() {
@@ -624,7 +646,7 @@ func TestTemporalSuiteSignalWithLastResult(t *testing.T) {
 			}
 			return tsDone(in, "ok", "0"), nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	e.when(func() bool { return len(e.caller.all()) == 1 }, func() {
 		// Delivered now, handled in the task the call's result starts.
 		e.env.SignalWorkflowSkippingWorkflowTask(twSignal, e.signalIn("late", "note", "late"))
@@ -649,7 +671,7 @@ func TestTemporalSuiteSuspension(t *testing.T) {
 			}
 			return tsDone(in, "Approved and done.", "0.01"), nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	var suspended *twResult
 	e.when(func() bool { return e.query().Status == "SUSPENDED" }, func() {
 		suspended = e.query()
@@ -687,9 +709,9 @@ func TestTemporalSuiteCancel(t *testing.T) {
 			}
 			return tsDone(in, "too late", "0"), nil
 		},
-	}, TemporalOptions{HeartbeatTimeout: time.Second})
+	}, Options{HeartbeatTimeout: time.Second})
 	const reason = "the user gave up"
-	// As Temporal.cancel does: the reason, then the cancellation.
+	// As Engine.cancel does: the reason, then the cancellation.
 	e.when(func() bool { return len(e.caller.all()) == 1 }, func() {
 		e.env.SignalWorkflow(twCancelSignal, reason)
 		e.env.CancelWorkflow()
@@ -732,7 +754,7 @@ func TestTemporalSuiteCancelSuspended(t *testing.T) {
 			out.ExitReason.Suspension = &operatorv1.Suspension{ResumeToken: "tok"}
 			return out, nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	const reason = "nobody will approve"
 	e.when(func() bool { return e.query().Status == "SUSPENDED" }, func() {
 		e.env.SignalWorkflowSkippingWorkflowTask(twCancelSignal, reason)
@@ -753,6 +775,9 @@ func TestTemporalSuiteCancelSuspended(t *testing.T) {
 	}
 }
 
+// Operator failures a retry may fix count against the agent's
+// max_attempts, retried by the workflow with the agent's backoff; the
+// last failure says how many attempts were made.
 func TestTemporalSuiteOperatorErrors(t *testing.T) {
 	unavailable := fmt.Errorf("overloaded: %w", errs.Unavailable)
 	for _, tc := range []struct {
@@ -786,7 +811,7 @@ func TestTemporalSuiteOperatorErrors(t *testing.T) {
 					}
 					return tsDone(in, "ok", "0.01"), nil
 				},
-			}, TemporalOptions{})
+			}, Options{})
 			res, err := e.run(tsInput(t, "a", "Hi.", ""))
 			if got := len(e.caller.all()); got != tc.calls {
 				t.Errorf("%d operator calls, want %d", got, tc.calls)
@@ -805,7 +830,7 @@ func TestTemporalSuiteOperatorErrors(t *testing.T) {
 				}
 				return
 			}
-			wantFailure(t, failureOf(t, err), tc.code, "", tc.message)
+			wantFailure(t, workflowFailure(t, err), tc.code, "", tc.message)
 			q := e.query()
 			if q.Status != "FAILED" || q.Steps != 0 || len(q.StepList) != 1 || q.StepList[0].State != "failed" {
 				t.Errorf("query: status %s, %d steps, step list %v; want FAILED, 0, one failed step", q.Status, q.Steps, q.StepList)
@@ -820,12 +845,12 @@ func TestTemporalSuiteBudget(t *testing.T) {
 			return tsDone(in, "Expensive.", "0.02", tsDelegate("b", "More.")), nil
 		},
 		"b": tsAnswer("never", "0"),
-	}, TemporalOptions{})
+	}, Options{})
 	in := tsInput(t, "a", "Hi.", "")
 	in.Budget = "0.01"
 	_, err := e.run(in)
 
-	wantFailure(t, failureOf(t, err), codes.ResourceExhausted, errs.ReasonBudgetExhausted, "budget of 0.01 USD is spent")
+	wantFailure(t, workflowFailure(t, err), codes.ResourceExhausted, errs.ReasonBudgetExhausted, "budget of 0.01 USD is spent")
 	calls := e.caller.all()
 	if e.caller.order() != "a" {
 		t.Fatalf("calls %s, want only a (the delegate is not run)", e.caller.order())
@@ -853,7 +878,7 @@ func TestTemporalSuiteDowngrade(t *testing.T) {
 			},
 			tsAnswer("Done.", "0.01")),
 		"b": tsAnswer("Helped.", "0"),
-	}, TemporalOptions{})
+	}, Options{})
 	in := tsInput(t, "a", "Hi.", "")
 	in.Budget = "1.00"
 	res := e.mustRun(in)
@@ -882,9 +907,9 @@ func TestTemporalSuiteGuards(t *testing.T) {
 			"b": func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 				return tsDone(in, "", "0", tsDelegate("a", "back")), nil
 			},
-		}, TemporalOptions{})
+		}, Options{})
 		_, err := e.run(tsInput(t, "a", "Hi.", ""))
-		wantFailure(t, failureOf(t, err), codes.FailedPrecondition, "", "delegation cycle: a -> b -> a")
+		wantFailure(t, workflowFailure(t, err), codes.FailedPrecondition, "", "delegation cycle: a -> b -> a")
 		if got := e.caller.order(); got != "a,b" {
 			t.Errorf("calls %s, want a,b", got)
 		}
@@ -897,11 +922,11 @@ func TestTemporalSuiteGuards(t *testing.T) {
 			"b": func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 				return tsDone(in, "", "0", tsHandoff("a", nil)), nil
 			},
-		}, TemporalOptions{})
+		}, Options{})
 		in := tsInput(t, "a", "Hi.", "")
 		in.MaxSteps = 2
 		_, err := e.run(in)
-		wantFailure(t, failureOf(t, err), codes.FailedPrecondition, "", "limit of 2 operator calls")
+		wantFailure(t, workflowFailure(t, err), codes.FailedPrecondition, "", "limit of 2 operator calls")
 		if got := e.caller.order(); got != "a,b" {
 			t.Errorf("calls %s, want a,b", got)
 		}
@@ -912,11 +937,11 @@ func TestTemporalSuiteGuards(t *testing.T) {
 			return tsDone(in, "", "0", tsDelegate(next[in.GetDispatch().GetAgentId()], "deeper")), nil
 		}
 		e := newTSEnv(t, "wf-deep", []map[string]any{tsAgent("a", 3), tsAgent("b", 3), tsAgent("c", 3), tsAgent("d", 3)},
-			map[string]tsBehaviour{"a": delegating, "b": delegating, "c": delegating}, TemporalOptions{})
+			map[string]tsBehaviour{"a": delegating, "b": delegating, "c": delegating}, Options{})
 		in := tsInput(t, "a", "Hi.", "")
 		in.MaxDepth = 2
 		_, err := e.run(in)
-		wantFailure(t, failureOf(t, err), codes.FailedPrecondition, "", "delegation depth limit of 2 reached: a -> b -> c -> d")
+		wantFailure(t, workflowFailure(t, err), codes.FailedPrecondition, "", "delegation depth limit of 2 reached: a -> b -> c -> d")
 		if got := e.caller.order(); got != "a,b,c" {
 			t.Errorf("calls %s, want a,b,c", got)
 		}
@@ -931,7 +956,7 @@ func TestTemporalSuiteGuards(t *testing.T) {
 			"b": func(context.Context, *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 				return nil, fmt.Errorf("no tools for that: %w", errs.FailedPrecondition)
 			},
-		}, TemporalOptions{})
+		}, Options{})
 		res := e.mustRun(tsInput(t, "a", "Hi.", ""))
 		if got := e.caller.order(); got != "a,b,a" {
 			t.Fatalf("calls %s, want a,b,a (the failure is reported to a)", got)
@@ -951,7 +976,7 @@ func TestTemporalSuiteGuards(t *testing.T) {
 					return tsDone(in, "", "0", tsDelegate("ghost", "boo")), nil
 				},
 				tsAnswer("Done without the ghost.", "0")),
-		}, TemporalOptions{})
+		}, Options{})
 		res := e.mustRun(tsInput(t, "a", "Hi.", ""))
 		_, lookupErr := e.reg.Lookup("ghost")
 		if lookupErr == nil {
@@ -976,7 +1001,7 @@ func TestTemporalSuiteEffectRetry(t *testing.T) {
 		"a": func(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 			return tsDone(in, "Noted.", "0", tsWrite(in, "note", "remember")), nil
 		},
-	}, TemporalOptions{})
+	}, Options{})
 	e.state.failKey, e.state.failures = "note", 2
 	res := e.mustRun(tsInput(t, "a", "Hi.", ""))
 
@@ -993,5 +1018,199 @@ func TestTemporalSuiteEffectRetry(t *testing.T) {
 	}
 	if n := len(e.caller.all()); n != 1 {
 		t.Errorf("%d operator calls, want 1 (an effect retry does not call the operator again)", n)
+	}
+}
+
+// An attempt whose worker died does not use up the agent's attempts:
+// Temporal retries it (or the workflow runs the call again) however
+// often it happens, so a call with max_attempts 2 whose first three
+// attempts die still succeeds on the fourth.
+func TestTemporalSuiteWorkerDeaths(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		// die ends an attempt without an answer.
+		die func(ctx context.Context)
+	}{
+		// The attempt's process crashes mid-call: the SDK's test
+		// environment reports the panic as a failed attempt, which
+		// Temporal retries per the activity's retry policy (a server does
+		// the same with a heartbeat timeout). It fails if that policy
+		// limits the attempts.
+		{name: "crashed", die: func(context.Context) { panic("test: the worker died mid-call") }},
+		// The attempt's worker hangs past the activity's start-to-close
+		// timeout, ignoring its context: the attempt times out.
+		{name: "timed out", opts: Options{HeartbeatTimeout: 40 * time.Millisecond, Engine: orchestrator.Options{CallTimeout: 40 * time.Millisecond}},
+			die: func(context.Context) { time.Sleep(250 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			n := 0
+			e := newTSEnv(t, "wf-deaths", []map[string]any{tsAgent("a", 2)}, map[string]tsBehaviour{
+				"a": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+					mu.Lock()
+					n++
+					i := n
+					mu.Unlock()
+					if i <= 3 {
+						tc.die(ctx)
+						return nil, fmt.Errorf("test: a dead worker answers nothing: %w", errs.Unavailable)
+					}
+					return tsDone(in, "ok", "0.01"), nil
+				},
+			}, tc.opts)
+			res := e.mustRun(tsInput(t, "a", "Hi.", ""))
+			if got := len(e.caller.all()); got != 4 {
+				t.Errorf("%d operator calls, want 4 (three dead attempts, then the answer)", got)
+			}
+			if res.Steps != 1 || len(res.StepList) != 1 || res.StepList[0].State != "done" {
+				t.Errorf("result: %d steps, step list %v; want one step, done", res.Steps, res.StepList)
+			}
+		})
+	}
+}
+
+// A hanging operator fails its call when the call timeout passes (not
+// retried: DEADLINE_EXCEEDED is no failure a retry fixes) rather than
+// timing the activity out, which Temporal would retry without end.
+func TestTemporalSuiteCallTimeout(t *testing.T) {
+	e := newTSEnv(t, "wf-hang", []map[string]any{tsAgent("a", 3)}, map[string]tsBehaviour{
+		"a": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}, Options{HeartbeatTimeout: time.Second, Engine: orchestrator.Options{CallTimeout: 50 * time.Millisecond}})
+	_, err := e.run(tsInput(t, "a", "Hi.", ""))
+	wantFailure(t, workflowFailure(t, err), codes.DeadlineExceeded, "", "did not finish within the call timeout of 50ms")
+	if n := len(e.caller.all()); n != 1 {
+		t.Errorf("%d operator calls, want 1", n)
+	}
+}
+
+// The workflow keeps its events in a log the query neuron.events reads
+// (the same on every worker: it is rebuilt as the history replays), and
+// publishes each once.
+func TestTemporalSuiteEventLog(t *testing.T) {
+	gate := newGate(t)
+	e := newTSEnv(t, "wf-events", []map[string]any{tsAgent("a", 3)}, map[string]tsBehaviour{
+		"a": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			if err := gate.wait(ctx); err != nil {
+				return nil, err
+			}
+			return tsDone(in, "ok", "0.01", tsWrite(in, "k", "v")), nil
+		},
+	}, Options{})
+	live, err := e.bus.Subscribe(lifecycle.Filter{WorkflowID: e.wfID}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	e.when(func() bool { return len(e.caller.all()) == 1 }, func() {
+		e.signal("k1", "note", "hello")
+		gate.open()
+	})
+	e.mustRun(tsInput(t, "a", "Hi.", ""))
+
+	v, err := e.env.QueryWorkflow(twQueryEvents, uint64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw [][]byte
+	if err := v.Get(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for i, b := range raw {
+		ev := &lifecyclev1.LifecycleEvent{}
+		if err := proto.Unmarshal(b, ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetWorkflowSequence() != uint64(i+1) || ev.GetTime() == nil || ev.GetWorkflowId() != e.wfID {
+			t.Errorf("event %d: position %d, time %v, workflow %q; want position %d, a time, %s", i, ev.GetWorkflowSequence(), ev.GetTime(), ev.GetWorkflowId(), i+1, e.wfID)
+		}
+		kinds = append(kinds, eventName(ev))
+	}
+	want := []string{
+		"orchestrator.workflow.started", "orchestrator.signal.accepted", "orchestrator.dispatch.completed", "cost_incurred",
+		"orchestrator.effect.applied", "orchestrator.dispatch.completed", "cost_incurred", "orchestrator.effect.applied",
+		"orchestrator.workflow.completed",
+	}
+	if strings.Join(kinds, ",") != strings.Join(want, ",") {
+		t.Errorf("event log\n%s\nwant\n%s", strings.Join(kinds, ","), strings.Join(want, ","))
+	}
+	v, err = e.env.QueryWorkflow(twQueryEvents, uint64(len(raw)-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Get(&raw); err != nil || len(raw) != 1 {
+		t.Errorf("events after %d: %d (%v), want the last one", len(want)-1, len(raw), err)
+	}
+
+	// Every event but signal.accepted (which Engine.Signal sends) went
+	// out once, in order.
+	var sent []string
+	for len(live.C()) > 0 {
+		sent = append(sent, eventName((<-live.C()).Event))
+	}
+	var wantSent []string
+	for _, k := range want {
+		if k != "orchestrator.signal.accepted" {
+			wantSent = append(wantSent, k)
+		}
+	}
+	if strings.Join(sent, ",") != strings.Join(wantSent, ",") {
+		t.Errorf("events sent\n%s\nwant\n%s", strings.Join(sent, ","), strings.Join(wantSent, ","))
+	}
+}
+
+// eventName is an event's type (observable) or its budget event's kind.
+func eventName(ev *lifecyclev1.LifecycleEvent) string {
+	if o := ev.GetObservable(); o != nil {
+		return o.GetEventType()
+	}
+	if ev.GetBudget().GetCostIncurred() != nil {
+		return "cost_incurred"
+	}
+	return fmt.Sprintf("%T", ev.GetEvent())
+}
+
+// A call the Dispatch caller's deadline ends fails the workflow with
+// DEADLINE_EXCEEDED, whichever way the attempt ends.
+func TestTemporalSuiteDeadline(t *testing.T) {
+	e := newTSEnv(t, "wf-deadline", []map[string]any{tsAgent("a", 3)}, map[string]tsBehaviour{
+		"a": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}, Options{HeartbeatTimeout: time.Second})
+	in := tsInput(t, "a", "Hi.", "")
+	in.Deadline = time.Now().Add(200 * time.Millisecond)
+	_, err := e.run(in)
+	wantFailure(t, workflowFailure(t, err), codes.DeadlineExceeded, "", "the Dispatch caller's deadline passed during step 1")
+	res := e.query()
+	if len(res.StepList) != 1 || res.StepList[0].State != "failed" || res.StepList[0].Error != "the Dispatch caller's deadline passed" {
+		t.Errorf("step list %v, want one step failed on the deadline", res.StepList)
+	}
+}
+
+// A workflow whose history was recorded before the workflow retried
+// operator failures itself (no marker of retryChange: the SDK answers
+// DefaultVersion) takes a retryable failure reaching it as final, as the
+// build that recorded it did: its activity had retried already.
+func TestTemporalSuiteRetriesBeforeRetryChange(t *testing.T) {
+	e := newTSEnv(t, "wf-old-retries", []map[string]any{tsAgent("a", 3)}, map[string]tsBehaviour{
+		"a": func(context.Context, *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			return nil, fmt.Errorf("overloaded: %w", errs.Unavailable)
+		},
+	}, Options{})
+	e.env.OnGetVersion(retryChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	_, err := e.run(tsInput(t, "a", "Hi.", ""))
+	f := workflowFailure(t, err)
+	wantFailure(t, f, codes.Unavailable, "", "overloaded")
+	if strings.Contains(f.Message, "attempts") {
+		t.Errorf("failure %q, want the activity's failure as it is", f.Message)
+	}
+	if n := len(e.caller.all()); n != 1 {
+		t.Errorf("%d operator calls, want 1", n)
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package journal
 
 import (
 	"bytes"
@@ -15,12 +15,17 @@ import (
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
 
+	"google.golang.org/protobuf/proto"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/orchestrator"
 )
 
-// The journal is one bbolt file. Layout:
+// The journal is one bbolt file. Layout (schema version 1):
 //
+//	meta/schema_version   the layout's version, checked at open
 //	meta/secret           HMAC key of page tokens
 //	meta/epoch            bumped at every open; lifecycle sequences start at epoch*1e9
 //	index/<created ns BE><id>  -> status byte (ListWorkflows, newest first)
@@ -30,8 +35,15 @@ import (
 //	    e<effect key>     an effect's outcome, once executed
 //	    g<seq BE>         signal seq: payload, key, delivering step
 //	    k<signal key>     seq of an idempotent signal
+//	    l<agent id>       a registry lookup, as the workflow first saw it
+//	    v<pos BE>         event pos of the workflow's event log (binary LifecycleEvent)
+//	    n                 the log's last position
+//	    w                 how many of the workflow's own events the log holds
 //
-// Protobuf values inside records are stored in their binary form.
+// Protobuf values inside records are stored in their binary form. These
+// structs are the stored format: a field may be added (older files read
+// it as zero), never renamed or given another meaning; anything else
+// bumps schemaVersion, which an older orchestrator then refuses to open.
 
 var (
 	bucketMeta      = []byte("meta")
@@ -40,18 +52,40 @@ var (
 	keyRecord       = []byte("r")
 	keySecret       = []byte("secret")
 	keyEpoch        = []byte("epoch")
+	keySchema       = []byte("schema_version")
 )
+
+// schemaVersion is the journal layout this build reads and writes.
+const schemaVersion = 1
 
 const (
 	prefixStep   = 's'
 	prefixEffect = 'e'
 	prefixSignal = 'g'
 	prefixSigKey = 'k'
+	prefixLookup = 'l'
+	prefixEvent  = 'v'
+)
+
+var (
+	keyLogEnd  = []byte("n")
+	keyLogOwn  = []byte("w")
+	maxLogPage = 512
 )
 
 // DefaultLockTimeout is how long Open waits for another process to release
 // the journal file.
 const DefaultLockTimeout = 10 * time.Second
+
+// errSchema says the file is of a layout this build does not read.
+var errSchema = errors.New("the journal's schema version is not one this build reads")
+
+func schemaOf(v []byte) string {
+	if len(v) != 8 {
+		return fmt.Sprintf("%q (malformed)", v)
+	}
+	return fmt.Sprint(binary.BigEndian.Uint64(v))
+}
 
 // errJournalLocked says another process holds the journal.
 var errJournalLocked = errors.New("the journal is locked by another process (is another orchestrator running with this --data-dir?)")
@@ -92,15 +126,25 @@ type record struct {
 	Pending   uint32 `json:"pending"`
 	// Detached workflows (StartWorkflow) outlive their caller.
 	Detached bool `json:"detached,omitempty"`
+	// The settings frozen at start; zero in records written before they
+	// were kept (the orchestrator's options then apply).
+	MaxDepth     uint32 `json:"max_depth,omitempty"`
+	MaxSteps     uint64 `json:"max_steps,omitempty"`
+	WarnFraction string `json:"warn_fraction,omitempty"`
 }
 
-func (r *record) terminal() bool { return terminal(r.Status) }
-
-func terminal(s orchestratorv1.WorkflowStatus) bool {
-	return s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED ||
-		s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED ||
-		s == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
+// lookupRecord is a registry lookup as the workflow first saw it.
+type lookupRecord struct {
+	Err            string        `json:"err,omitempty"`
+	Code           int32         `json:"code,omitempty"`
+	Model          string        `json:"model,omitempty"`
+	DowngradeModel string        `json:"downgrade_model,omitempty"`
+	Attempts       int           `json:"attempts"`
+	Initial        time.Duration `json:"initial"`
+	MaxBackoff     time.Duration `json:"max_backoff"`
 }
+
+func (r *record) terminal() bool { return orchestrator.Terminal(r.Status) }
 
 // stepRecord is one operator call: its intent, then its result.
 type stepRecord struct {
@@ -143,8 +187,9 @@ type Journal struct {
 	commit *committer
 }
 
-// OpenJournal opens (creating if needed) the journal file at path.
-func OpenJournal(path string, lockTimeout time.Duration) (*Journal, error) {
+// Open opens (creating if needed) the journal file at path. A file of
+// another schema version is refused.
+func Open(path string, lockTimeout time.Duration) (*Journal, error) {
 	if lockTimeout <= 0 {
 		lockTimeout = DefaultLockTimeout
 	}
@@ -163,6 +208,16 @@ func OpenJournal(path string, lockTimeout time.Duration) (*Journal, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
+			return err
+		}
+		// Files written before the version was kept have version 1's
+		// layout.
+		if v := meta.Get(keySchema); v != nil {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
+				return fmt.Errorf("%w: the file has schema version %s; this orchestrator reads version %d (run the orchestrator release that wrote it, or start with another --data-dir)",
+					errSchema, schemaOf(v), schemaVersion)
+			}
+		} else if err := meta.Put(keySchema, u64(schemaVersion)); err != nil {
 			return err
 		}
 		for _, b := range [][]byte{bucketIndex, bucketWorkflows} {
@@ -322,12 +377,15 @@ func (j *Journal) Get(id string) (*record, error) {
 
 // Update changes a record in one transaction. fn may return errNoChange to
 // leave it as it is.
-func (j *Journal) Update(id string, fn func(r *record) error) (*record, error) {
+func (j *Journal) Update(id string, fn func(r *record) error, also ...writeFn) (*record, error) {
 	var out *record
 	err := j.update(func(tx *bolt.Tx) error {
 		b := wfBucket(tx, id)
 		if b == nil {
 			return notFound(id)
+		}
+		if err := each(b, also); err != nil {
+			return err
 		}
 		r, err := readRecord(b)
 		if err != nil {
@@ -377,7 +435,7 @@ func (j *Journal) Steps(id string) ([]*stepRecord, error) {
 // transaction, with the signals not yet delivered; it returns the step to
 // store, and the signals it lists are marked delivered by step n. The
 // record's current agent follows the step.
-func (j *Journal) BeginStep(id string, n uint64, plan func(r *record, pending []*signalRecord) (*stepRecord, error)) (*stepRecord, bool, error) {
+func (j *Journal) BeginStep(id string, n uint64, plan func(b *bolt.Bucket, r *record, pending []*signalRecord) (*stepRecord, error), also ...writeFn) (*stepRecord, bool, error) {
 	var (
 		out    *stepRecord
 		replay bool
@@ -404,7 +462,10 @@ func (j *Journal) BeginStep(id string, n uint64, plan func(r *record, pending []
 		if err != nil {
 			return err
 		}
-		s, err := plan(r, pending)
+		if err := each(b, also); err != nil {
+			return err
+		}
+		s, err := plan(b, r, pending)
 		if err != nil {
 			return err
 		}
@@ -422,7 +483,6 @@ func (j *Journal) BeginStep(id string, n uint64, plan func(r *record, pending []
 		if err := putJSON(b, stepKey(n), s); err != nil {
 			return err
 		}
-		r.CurrentAgent = s.Agent
 		r.Updated = time.Now()
 		out = s
 		return writeRecord(tx, b, r)
@@ -432,11 +492,14 @@ func (j *Journal) BeginStep(id string, n uint64, plan func(r *record, pending []
 
 // FinishStep stores step n's result and applies update to the record in
 // the same transaction.
-func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *record)) error {
+func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *record), also ...writeFn) error {
 	return j.update(func(tx *bolt.Tx) error {
 		b := wfBucket(tx, id)
 		if b == nil {
 			return notFound(id)
+		}
+		if err := each(b, also); err != nil {
+			return err
 		}
 		if err := putJSON(b, stepKey(n), s); err != nil {
 			return err
@@ -449,6 +512,108 @@ func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *
 		r.Updated = time.Now()
 		return writeRecord(tx, b, r)
 	})
+}
+
+// writeFn is an extra write into a workflow's bucket, made in the same
+// transaction as the journal write it is passed to.
+type writeFn func(b *bolt.Bucket) error
+
+func each(b *bolt.Bucket, fns []writeFn) error {
+	for _, fn := range fns {
+		if err := fn(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func getU64(b *bolt.Bucket, key []byte) uint64 {
+	if v := b.Get(key); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+// appendEvents records evs at the next positions of the workflow's event
+// log, setting each one's WorkflowSequence.
+func appendEvents(b *bolt.Bucket, evs ...*lifecyclev1.LifecycleEvent) error {
+	pos := getU64(b, keyLogEnd)
+	for _, ev := range evs {
+		pos++
+		ev.WorkflowSequence = pos
+		raw, err := proto.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(append([]byte{prefixEvent}, u64(pos)...), raw); err != nil {
+			return err
+		}
+	}
+	return b.Put(keyLogEnd, u64(pos))
+}
+
+// Events returns up to maxLogPage events of workflow id's log after
+// position after, and whether the workflow has ended.
+func (j *Journal) Events(id string, after uint64) ([]*lifecyclev1.LifecycleEvent, bool, error) {
+	var (
+		out   []*lifecyclev1.LifecycleEvent
+		ended bool
+	)
+	err := j.view(id, func(b *bolt.Bucket) error {
+		r, err := readRecord(b)
+		if err != nil {
+			return err
+		}
+		ended = r.terminal()
+		c := b.Cursor()
+		for k, v := c.Seek(append([]byte{prefixEvent}, u64(after+1)...)); k != nil && k[0] == prefixEvent; k, v = c.Next() {
+			if len(out) == maxLogPage {
+				ended = false
+				break
+			}
+			ev := &lifecyclev1.LifecycleEvent{}
+			if err := proto.Unmarshal(v, ev); err != nil {
+				return fmt.Errorf("journal event %x of workflow %q is corrupt: %w", k[1:], id, err)
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	return out, ended, err
+}
+
+// published is how many of its own events workflow id's log holds.
+func (j *Journal) published(id string) (uint64, error) {
+	var n uint64
+	err := j.view(id, func(b *bolt.Bucket) error {
+		n = getU64(b, keyLogOwn)
+		return nil
+	})
+	return n, err
+}
+
+// Lookup returns a recorded registry lookup, or nil.
+func (j *Journal) Lookup(id, agent string) (*lookupRecord, error) {
+	var l *lookupRecord
+	err := j.view(id, func(b *bolt.Bucket) error {
+		var rec lookupRecord
+		ok, err := getJSON(b, append([]byte{prefixLookup}, agent...), &rec)
+		if ok {
+			l = &rec
+		}
+		return err
+	})
+	return l, err
+}
+
+// stepOutput decodes step n's output from b; nil when it has none.
+func stepOutput(b *bolt.Bucket, n uint64) (*stepRecord, error) {
+	var st stepRecord
+	ok, err := getJSON(b, stepKey(n), &st)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // Effect returns an effect's recorded outcome, or nil.
@@ -475,11 +640,14 @@ func (j *Journal) Effects(id string) (map[string]*effectRecord, error) {
 }
 
 // RecordEffect stores an effect's outcome. Concurrent calls share a commit.
-func (j *Journal) RecordEffect(id, key string, e *effectRecord) error {
+func (j *Journal) RecordEffect(id, key string, e *effectRecord, also ...writeFn) error {
 	return j.update(func(tx *bolt.Tx) error {
 		b := wfBucket(tx, id)
 		if b == nil {
 			return notFound(id)
+		}
+		if err := each(b, also); err != nil {
+			return err
 		}
 		return putJSON(b, append([]byte{prefixEffect}, key...), e)
 	})
@@ -508,7 +676,7 @@ func (j *Journal) Signals(id string) ([]*signalRecord, error) {
 // repeated non-empty key returns the first signal's sequence and
 // duplicate=true. A SUSPENDED workflow turns RUNNING (resumed=true): the
 // caller restarts it.
-func (j *Journal) AddSignal(id string, payload []byte, key string) (seq uint64, duplicate, resumed bool, err error) {
+func (j *Journal) AddSignal(id string, payload []byte, key string, accepted func(seq uint64) *lifecyclev1.LifecycleEvent) (seq uint64, duplicate, resumed bool, err error) {
 	err = j.update(func(tx *bolt.Tx) error {
 		b := wfBucket(tx, id)
 		if b == nil {
@@ -526,7 +694,7 @@ func (j *Journal) AddSignal(id string, payload []byte, key string) (seq uint64, 
 		}
 		if r.terminal() {
 			return fmt.Errorf("workflow %q has ended (%s); signals go to running workflows: %w",
-				id, statusName(r.Status), errs.FailedPrecondition)
+				id, orchestrator.StatusName(r.Status), errs.FailedPrecondition)
 		}
 		r.SignalSeq++
 		seq = r.SignalSeq
@@ -544,6 +712,9 @@ func (j *Journal) AddSignal(id string, payload []byte, key string) (seq uint64, 
 			if err := b.Put(append([]byte{prefixSigKey}, key...), u64(seq)); err != nil {
 				return err
 			}
+		}
+		if err := appendEvents(b, accepted(seq)); err != nil {
+			return err
 		}
 		return writeRecord(tx, b, r)
 	})
@@ -658,15 +829,6 @@ func (j *Journal) openToken(token string, status orchestratorv1.WorkflowStatus) 
 	return p[2:], nil
 }
 
-func statusName(s orchestratorv1.WorkflowStatus) string {
-	const prefix = "WORKFLOW_STATUS_"
-	n := s.String()
-	if len(n) > len(prefix) {
-		return n[len(prefix):]
-	}
-	return n
-}
-
 // errAlreadyEnded: the workflow reached a terminal status meanwhile (a
 // CancelWorkflow).
 var errAlreadyEnded = errors.New("the workflow has already ended")
@@ -675,12 +837,15 @@ var errAlreadyEnded = errors.New("the workflow has already ended")
 // SUSPENDED) unless step next is journaled or signals are pending, in
 // which case it changes nothing and returns more=true. Signal takes the
 // same lock, so a signal accepted before this commits is never stranded.
-func (j *Journal) EndUnlessMore(id string, next uint64, status orchestratorv1.WorkflowStatus) (more bool, err error) {
+func (j *Journal) EndUnlessMore(id string, next uint64, status orchestratorv1.WorkflowStatus, ending writeFn, also ...writeFn) (more bool, err error) {
 	err = j.update(func(tx *bolt.Tx) error {
 		more = false
 		b := wfBucket(tx, id)
 		if b == nil {
 			return notFound(id)
+		}
+		if err := each(b, also); err != nil {
+			return err
 		}
 		r, err := readRecord(b)
 		if err != nil {
@@ -692,6 +857,9 @@ func (j *Journal) EndUnlessMore(id string, next uint64, status orchestratorv1.Wo
 		if b.Get(stepKey(next)) != nil || r.Pending > 0 {
 			more = true
 			return nil
+		}
+		if err := ending(b); err != nil {
+			return err
 		}
 		r.Status = status
 		r.Updated = time.Now()

@@ -1,4 +1,4 @@
-package orchestrator
+package journal
 
 import (
 	"fmt"
@@ -15,11 +15,12 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/pkg/benchkit"
 	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/services/orchestrator"
 )
 
 // BenchmarkJournalStep is the journal's cost per workflow step alone: the
 // two commits of a step (BeginStep, the intent, then FinishStep, the
-// result), each fsynced, as run.go's step makes them around an operator
+// result), each fsynced, as the host's Call makes them around an operator
 // call. At c=64, 64 workflows step at once and the group commit (commit.go)
 // shares transactions between them.
 //
@@ -48,14 +49,14 @@ func BenchmarkJournalStep(b *testing.B) {
 	fsync := fsyncFloor(b)
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
-			j, err := OpenJournal(filepath.Join(b.TempDir(), "journal.db"), time.Second)
+			j, err := Open(filepath.Join(b.TempDir(), "journal.db"), time.Second)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer j.Close()
 			ids := make([]string, conc)
 			for w := range ids {
-				ids[w] = newWorkflowID()
+				ids[w] = orchestrator.NewWorkflowID()
 				now := time.Now()
 				if _, _, err := j.Create(&record{ID: ids[w], Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING,
 					RootAgent: "echo", CurrentAgent: "echo", Created: now, Updated: now, Input: in}); err != nil {
@@ -66,7 +67,7 @@ func BenchmarkJournalStep(b *testing.B) {
 			step := func(w int) error {
 				next[w]++
 				n := next[w]
-				st, _, err := j.BeginStep(ids[w], n, func(*record, []*signalRecord) (*stepRecord, error) {
+				st, _, err := j.BeginStep(ids[w], n, func(*bolt.Bucket, *record, []*signalRecord) (*stepRecord, error) {
 					return &stepRecord{Agent: "echo", Input: in, Started: time.Now()}, nil
 				})
 				if err != nil {

@@ -1,0 +1,450 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/services/orchestrator"
+)
+
+// Engine runs workflows in this process, durably: it journals every step,
+// effect and signal in a Journal and, after a restart, runs every
+// unfinished workflow again from the top, replaying what is journaled. It
+// implements orchestrator.Engine.
+type Engine struct {
+	j    *Journal
+	deps orchestrator.Deps
+	opts orchestrator.Options
+	log  *slog.Logger
+	// sleep waits between retries; tests replace it.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	base context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu   sync.Mutex
+	runs map[string]*run
+}
+
+// run is a workflow executing in this process.
+type run struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	// again asks the goroutine to run the workflow once more before it
+	// exits: a signal resumed it while the previous run was ending.
+	again bool
+}
+
+// errShutdown is the cause that pauses workflows when the engine closes.
+var errShutdown = errors.New("the orchestrator is shutting down; the workflow resumes when it restarts")
+
+// canceledError is the cause of a Cancel.
+type canceledError struct{ reason string }
+
+func (e *canceledError) Error() string { return e.reason }
+
+// New returns an engine over the journal. Call Resume to restart the
+// journal's unfinished workflows, and Close to stop.
+func New(j *Journal, deps orchestrator.Deps, opts orchestrator.Options) *Engine {
+	opts = opts.WithDefaults()
+	base, stop := context.WithCancel(context.Background())
+	return &Engine{j: j, deps: deps, opts: opts, log: opts.Log, sleep: sleepCtx,
+		base: base, stop: stop, runs: map[string]*run{}}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// publish sends a lifecycle event; without a bus it is dropped.
+func (e *Engine) publish(ev *lifecyclev1.LifecycleEvent) {
+	if e.deps.Bus != nil {
+		e.deps.Bus.Publish(ev)
+	}
+}
+
+// observable is an orchestrator event as the log keeps it.
+func (e *Engine) observable(workflowID, agentID, eventType string, data map[string]any) *lifecyclev1.LifecycleEvent {
+	ev := lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, eventType, workflowID, agentID, data)
+	ev.Time = timestamppb.Now()
+	return ev
+}
+
+// Events implements orchestrator.Engine: the workflow's log ends once
+// the workflow has ended and no longer runs here.
+func (e *Engine) Events(_ context.Context, id string, after uint64) ([]*lifecyclev1.LifecycleEvent, bool, error) {
+	evs, ended, err := e.j.Events(id, after)
+	if err != nil {
+		return nil, false, err
+	}
+	if ended {
+		e.mu.Lock()
+		_, running := e.runs[id]
+		e.mu.Unlock()
+		ended = !running
+	}
+	return evs, ended, nil
+}
+
+// Resume restarts every workflow the journal has as RUNNING.
+func (e *Engine) Resume() (int, error) {
+	recs, err := e.j.Unfinished()
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range recs {
+		e.log.Info("resuming workflow", "workflow_id", r.ID, "steps", r.Steps, "agent", r.CurrentAgent)
+		e.launch(r)
+	}
+	return len(recs), nil
+}
+
+// Close stops every workflow in flight, leaving it RUNNING in the journal
+// so that the next start resumes it, and waits for them.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	for _, r := range e.runs {
+		r.cancel(errShutdown)
+	}
+	e.mu.Unlock()
+	e.stop()
+	e.wg.Wait()
+}
+
+// Start implements orchestrator.Engine.
+func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (string, bool, error) {
+	agent, err := e.deps.Registry.Lookup(req.AgentID)
+	if err != nil {
+		return "", false, err
+	}
+	trace := map[string]string{}
+	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(trace))
+	spec, err := orchestrator.NewSpec(req, agent, e.opts, trace)
+	if err != nil {
+		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
+	}
+	now := time.Now()
+	rec := &record{
+		ID: spec.ID, Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING,
+		RootAgent: agent.ID, CurrentAgent: agent.ID, Budget: spec.Budget, Created: now, Updated: now,
+		Fingerprint: req.Fingerprint(), Input: spec.Input, Detached: req.Detached, Trace: trace,
+		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(),
+	}
+	if dl, ok := ctx.Deadline(); ok && !req.Detached {
+		rec.Deadline = dl
+	}
+	existing, created, err := e.j.Create(rec)
+	if err != nil {
+		return "", false, err
+	}
+	if !created {
+		if existing.Fingerprint != rec.Fingerprint {
+			return "", true, fmt.Errorf("workflow %q already exists with a different request (agent %q); use a new workflow_id: %w",
+				existing.ID, existing.RootAgent, errs.AlreadyExists)
+		}
+		return existing.ID, true, nil
+	}
+	e.launch(rec)
+	return rec.ID, false, nil
+}
+
+// spec is the workflow input of rec; records written before the settings
+// were frozen at start take the engine's.
+func (e *Engine) spec(rec *record) *orchestrator.Spec {
+	s := &orchestrator.Spec{ID: rec.ID, RootAgent: rec.RootAgent, Detached: rec.Detached, Input: rec.Input, Budget: rec.Budget, Trace: rec.Trace,
+		MaxDepth: rec.MaxDepth, MaxSteps: rec.MaxSteps, WarnFraction: e.opts.WarnFraction}
+	if s.MaxDepth == 0 {
+		s.MaxDepth = e.opts.MaxDepth
+	}
+	if s.MaxSteps == 0 {
+		s.MaxSteps = e.opts.MaxSteps
+	}
+	if f, err := decimal.NewFromString(rec.WarnFraction); err == nil && f.IsPositive() {
+		s.WarnFraction = f
+	}
+	return s
+}
+
+// launch runs rec's workflow unless it already runs here.
+func (e *Engine) launch(rec *record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.runs[rec.ID]; ok {
+		r.again = true
+		return
+	}
+	if e.base.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancelCause(e.base)
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(rec.Trace))
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	e.runs[rec.ID] = r
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(r.done)
+		defer cancel(nil)
+		for {
+			e.execute(ctx, rec.ID)
+			e.mu.Lock()
+			if r.again && ctx.Err() == nil {
+				r.again = false
+				e.mu.Unlock()
+				continue
+			}
+			delete(e.runs, rec.ID)
+			e.mu.Unlock()
+			return
+		}
+	}()
+}
+
+// execute runs workflow id until it ends, suspends or is stopped.
+func (e *Engine) execute(ctx context.Context, id string) {
+	rec, err := e.j.Get(id)
+	if err != nil {
+		e.log.Error("workflow vanished from the journal", "workflow_id", id, "err", err)
+		return
+	}
+	if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+		return
+	}
+	h, err := newHost(e, ctx, rec)
+	if err != nil {
+		e.log.Error("reading the workflow's event log", "workflow_id", id, "err", err)
+		return
+	}
+	defer h.close()
+	exit := orchestrator.Run(h, e.spec(rec))
+	switch {
+	case exit.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING:
+		e.log.Info("workflow paused for shutdown", "workflow_id", id, "steps", h.n)
+	case exit.Failure != nil:
+		e.log.Warn("workflow ended", "workflow_id", id, "status", orchestrator.StatusName(exit.Status),
+			"code", exit.Failure.Code, "reason", exit.Failure.Reason, "error", exit.Failure.Message)
+	}
+}
+
+// Wait implements orchestrator.Engine.
+func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, error) {
+	for {
+		e.mu.Lock()
+		r := e.runs[id]
+		e.mu.Unlock()
+		if r == nil {
+			rec, err := e.j.Get(id)
+			if err != nil {
+				return nil, err
+			}
+			if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+				return e.view(rec, true)
+			}
+			// RUNNING but not running here: a resume is about to launch
+			// it, or the engine is closing.
+			if e.base.Err() != nil {
+				return nil, fmt.Errorf("%v: %w", errShutdown, errs.Unavailable)
+			}
+			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// Cancel implements orchestrator.Engine.
+func (e *Engine) Cancel(_ context.Context, id, reason string) (*orchestrator.Workflow, error) {
+	var ev *lifecyclev1.LifecycleEvent
+	rec, err := e.j.Update(id, func(r *record) error {
+		if r.terminal() {
+			return errNoChange
+		}
+		r.Status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
+		r.Failure = &failure{Code: int32(errs.Code(errs.Canceled)), Message: reason}
+		return nil
+	}, func(b *bolt.Bucket) error {
+		ev = nil
+		r, err := readRecord(b)
+		if err != nil || r.terminal() {
+			return err
+		}
+		ev = e.observable(id, r.CurrentAgent, "orchestrator.workflow.canceled", map[string]any{"reason": reason})
+		return appendEvents(b, ev)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if r := e.runs[id]; r != nil {
+		r.cancel(&canceledError{reason})
+	}
+	e.mu.Unlock()
+	if ev != nil {
+		e.publish(ev)
+	}
+	return e.view(rec, false)
+}
+
+// Signal implements orchestrator.Engine.
+func (e *Engine) Signal(_ context.Context, id string, payload []byte, key string) (uint64, bool, error) {
+	var ev *lifecyclev1.LifecycleEvent
+	seq, dup, resumed, err := e.j.AddSignal(id, payload, key, func(seq uint64) *lifecyclev1.LifecycleEvent {
+		ev = e.observable(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq})
+		return ev
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if !dup {
+		e.publish(ev)
+	}
+	if resumed {
+		rec, err := e.j.Get(id)
+		if err != nil {
+			return seq, dup, err
+		}
+		e.launch(rec)
+	}
+	return seq, dup, nil
+}
+
+// Get implements orchestrator.Engine.
+func (e *Engine) Get(_ context.Context, id string) (*orchestrator.Workflow, error) {
+	rec, err := e.j.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return e.view(rec, false)
+}
+
+// List implements orchestrator.Engine: newest first.
+func (e *Engine) List(_ context.Context, status orchestratorv1.WorkflowStatus, size int, token string) ([]*orchestrator.Workflow, string, error) {
+	recs, next, err := e.j.List(status, size, token)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]*orchestrator.Workflow, 0, len(recs))
+	for _, r := range recs {
+		wf, err := e.view(r, false)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, wf)
+	}
+	return out, next, nil
+}
+
+// Steps implements orchestrator.Engine.
+func (e *Engine) Steps(_ context.Context, id string) ([]orchestrator.StepView, error) {
+	steps, err := e.j.Steps(id)
+	if err != nil {
+		return nil, err
+	}
+	list := make([]orchestrator.StepView, 0, len(steps))
+	for i, st := range steps {
+		in := &operatorv1.OperatorInput{}
+		_ = proto.Unmarshal(st.Input, in)
+		v := orchestrator.StepView{N: uint64(i + 1), Dispatch: in.GetDispatch().GetDispatchId(), Agent: st.Agent,
+			Depth: in.GetDispatch().GetDepth(), Trigger: in.GetTrigger().String(), Started: st.Started, State: "running", Signals: st.Signals}
+		switch {
+		case st.Error != nil:
+			v.State, v.Error = "failed", st.Error.Message
+		case st.Output != nil:
+			o := &operatorv1.OperatorOutput{}
+			_ = proto.Unmarshal(st.Output, o)
+			v.State, v.Exit, v.Cost, v.Effects = "done", o.GetExitReason().GetKind().String(), orchestrator.OutputCost(o).String(), len(o.GetEffects())
+		}
+		list = append(list, v)
+	}
+	return list, nil
+}
+
+// Signals implements orchestrator.Engine.
+func (e *Engine) Signals(_ context.Context, id string) ([]orchestrator.SignalView, error) {
+	sigs, err := e.j.Signals(id)
+	if err != nil {
+		return nil, err
+	}
+	list := make([]orchestrator.SignalView, 0, len(sigs))
+	for _, s := range sigs {
+		list = append(list, orchestrator.SignalView{Seq: s.Seq, Payload: s.Payload, Step: s.Step})
+	}
+	return list, nil
+}
+
+// view is a record as the service shows it; with effects, the outcome
+// of every effect of every step, in order.
+func (e *Engine) view(r *record, effects bool) (*orchestrator.Workflow, error) {
+	wf := &orchestrator.Workflow{
+		ID: r.ID, Status: r.Status, RootAgent: r.RootAgent, CurrentAgent: r.CurrentAgent, Steps: r.Steps,
+		Spent: r.Spent, Budget: r.Budget, Created: r.Created, Updated: r.Updated, Pending: r.Pending,
+	}
+	if r.Failure != nil {
+		wf.Failure = &orchestrator.Failure{Code: r.Failure.Code, Message: r.Failure.Message, Reason: r.Failure.Reason}
+	}
+	if r.LastOutput != nil {
+		wf.LastOutput = &operatorv1.OperatorOutput{}
+		if err := proto.Unmarshal(r.LastOutput, wf.LastOutput); err != nil {
+			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
+		}
+	}
+	if !effects {
+		return wf, nil
+	}
+	steps, err := e.j.Steps(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	outcomes, err := e.j.Effects(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	for i, st := range steps {
+		if st.Output == nil {
+			continue
+		}
+		out := &operatorv1.OperatorOutput{}
+		if err := proto.Unmarshal(st.Output, out); err != nil {
+			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
+		}
+		id := orchestrator.DispatchID(r.ID, uint64(i+1))
+		for j, eff := range out.GetEffects() {
+			key := orchestrator.EffectKey(id, j, eff)
+			o := &orchestratorv1.EffectOutcome{IdempotencyKey: key, Detail: orchestrator.NotExecuted}
+			if r := outcomes[key]; r != nil {
+				o.Applied, o.Detail = r.Applied, r.Detail
+			}
+			wf.Effects = append(wf.Effects, o)
+		}
+	}
+	return wf, nil
+}

@@ -1,0 +1,454 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/orchestrator"
+)
+
+// host is the journal's orchestrator.Host for one run of a workflow. The
+// workflow runs from the top every time; the host answers what is
+// journaled from the journal (a replay) and does the rest now, journaling
+// it before it answers.
+type host struct {
+	e   *Engine
+	id  string
+	ctx context.Context // the run's; its cause says why it stopped
+	// callCtx bounds operator calls by the Dispatch caller's deadline;
+	// effects run under ctx.
+	callCtx context.Context
+	cancel  context.CancelFunc
+	n       uint64 // the last step called
+	// wi counts the events the workflow published in this run; the
+	// first logged of them are in the log already (the workflow publishes
+	// the same events in the same order in every run), the rest go out
+	// and are logged with the workflow's next write.
+	wi, logged uint64
+	events     []*lifecyclev1.LifecycleEvent
+	// staged registry lookups, journaled with the workflow's next write:
+	// until then nothing depends on them durably.
+	staged map[string]*lookupRecord
+}
+
+func newHost(e *Engine, ctx context.Context, rec *record) (*host, error) {
+	logged, err := e.j.published(rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	h := &host{e: e, id: rec.ID, ctx: ctx, callCtx: ctx, cancel: func() {}, logged: logged, staged: map[string]*lookupRecord{}}
+	if !rec.Deadline.IsZero() {
+		h.callCtx, h.cancel = context.WithDeadline(ctx, rec.Deadline)
+	}
+	return h, nil
+}
+
+func (h *host) close() { h.cancel() }
+
+// flush writes the staged lookups and events; clear forgets them once
+// written.
+func (h *host) flush(b *bolt.Bucket) error {
+	for agent, l := range h.staged {
+		if err := putJSON(b, append([]byte{prefixLookup}, agent...), l); err != nil {
+			return err
+		}
+	}
+	if len(h.events) == 0 {
+		return nil
+	}
+	if err := appendEvents(b, h.events...); err != nil {
+		return err
+	}
+	return b.Put(keyLogOwn, u64(h.wi))
+}
+
+func (h *host) clear() {
+	clear(h.staged)
+	h.events = h.events[:0]
+}
+
+// next counts the workflow's next event and says whether it is new:
+// not in the log yet.
+func (h *host) next() bool {
+	h.wi++
+	return h.wi > h.logged
+}
+
+// stage sends a new event and keeps it for the next write.
+func (h *host) stage(ev *lifecyclev1.LifecycleEvent) {
+	ev = proto.Clone(ev).(*lifecyclev1.LifecycleEvent)
+	if ev.Time == nil {
+		ev.Time = timestamppb.Now()
+	}
+	h.e.publish(ev)
+	h.events = append(h.events, ev)
+}
+
+// withEnding records the ending event, when new, after what flush
+// wrote.
+func (h *host) withEnding(ending *lifecyclev1.LifecycleEvent, isNew bool) writeFn {
+	return func(b *bolt.Bucket) error {
+		if !isNew {
+			return nil
+		}
+		if err := appendEvents(b, ending); err != nil {
+			return err
+		}
+		return b.Put(keyLogOwn, u64(h.wi))
+	}
+}
+
+// Now implements orchestrator.Host.
+func (h *host) Now() time.Time { return time.Now() }
+
+// Publish implements orchestrator.Host.
+func (h *host) Publish(ev *lifecyclev1.LifecycleEvent) {
+	if h.next() {
+		h.stage(ev)
+	}
+}
+
+// Lookup implements orchestrator.Host.
+func (h *host) Lookup(agentID string) (orchestrator.AgentInfo, error) {
+	l, err := h.e.j.Lookup(h.id, agentID)
+	if err != nil {
+		return orchestrator.AgentInfo{}, err
+	}
+	if l == nil {
+		l = h.staged[agentID]
+	}
+	if l == nil {
+		l = &lookupRecord{}
+		a, err := h.e.deps.Registry.Lookup(agentID)
+		if err != nil {
+			l.Err, l.Code = err.Error(), int32(errs.Code(err))
+		} else {
+			r := a.Retry.WithDefaults()
+			l.Model, l.DowngradeModel, l.Attempts, l.Initial, l.MaxBackoff = a.Defaults.Model, a.Defaults.DowngradeModel, r.MaxAttempts, r.InitialBackoff, r.MaxBackoff
+		}
+		h.staged[agentID] = l
+	}
+	if l.Err != "" {
+		return orchestrator.AgentInfo{}, (&orchestrator.Failure{Code: l.Code, Message: l.Err}).Err()
+	}
+	return orchestrator.AgentInfo{Model: l.Model, DowngradeModel: l.DowngradeModel,
+		Retry: orchestrator.RetryPolicy{MaxAttempts: l.Attempts, InitialBackoff: l.Initial, MaxBackoff: l.MaxBackoff}}, nil
+}
+
+// Call implements orchestrator.Host: it journals the step's intent (the
+// exact input, with the pending signals folded in), calls the operator,
+// and journals the output or the failure.
+func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) {
+	h.n = c.N
+	var agent *orchestrator.Agent
+	st, replay, err := h.e.j.BeginStep(h.id, c.N, func(b *bolt.Bucket, _ *record, pending []*signalRecord) (*stepRecord, error) {
+		a, err := h.e.deps.Registry.Lookup(c.Agent)
+		if err != nil {
+			return nil, err
+		}
+		agent = a
+		sigs := make([]orchestrator.Signal, len(pending))
+		for i, s := range pending {
+			sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
+		}
+		in, seqs, err := orchestrator.BuildInput(a, c, h.id, sigs, func(n uint64) (*operatorv1.OperatorOutput, error) {
+			st, err := stepOutput(b, n)
+			if err != nil {
+				return nil, err
+			}
+			return decodeOutput(st, n)
+		})
+		if err != nil {
+			return nil, err
+		}
+		raw, err := proto.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		return &stepRecord{Agent: c.Agent, Input: raw, Signals: seqs, Started: time.Now()}, nil
+	}, h.flush)
+	if err != nil {
+		return nil, err
+	}
+	if !replay {
+		h.clear()
+	}
+	if st.Agent != c.Agent {
+		return nil, fmt.Errorf("journal mismatch at step %d: recorded agent %q, replay reached %q: %w", c.N, st.Agent, c.Agent, errs.Internal)
+	}
+	switch {
+	case st.Error != nil:
+		return nil, &orchestrator.OperatorError{Failure: &orchestrator.Failure{Code: st.Error.Code, Message: st.Error.Message, Reason: st.Error.Reason}}
+	case st.Output != nil:
+		out, err := decodeOutput(st, c.N)
+		if err != nil {
+			return nil, err
+		}
+		res := orchestrator.ResultOf(c.Dispatch, out)
+		res.Signals = st.Signals
+		return res, nil
+	}
+	// Not called yet, or in flight when the orchestrator stopped: call
+	// (again) with the journaled input.
+	if agent == nil {
+		if agent, err = h.e.deps.Registry.Lookup(c.Agent); err != nil {
+			return nil, err
+		}
+	}
+	in := &operatorv1.OperatorInput{}
+	if err := proto.Unmarshal(st.Input, in); err != nil {
+		return nil, fmt.Errorf("journaled input of step %d is corrupt: %v: %w", c.N, err, errs.Internal)
+	}
+	started := time.Now()
+	out, err := h.call(c, agent, in)
+	if err != nil {
+		if h.ctx.Err() != nil {
+			return nil, context.Cause(h.ctx) // stopped, not failed: a resume calls again
+		}
+		// The operator may see the deadline pass a moment before this
+		// process does.
+		if h.callCtx.Err() != nil || errs.Code(err) == errs.Code(errs.DeadlineExceeded) && orchestrator.DeadlineNear(h.callCtx) {
+			return nil, fmt.Errorf("the Dispatch caller's deadline passed during step %d: %w", c.N, errs.DeadlineExceeded)
+		}
+		f := orchestrator.FailureOf(err)
+		st.Error = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
+		if err := h.e.j.FinishStep(h.id, c.N, st, func(*record) {}, h.flush); err != nil {
+			return nil, err
+		}
+		h.clear()
+		return nil, &orchestrator.OperatorError{Failure: f}
+	}
+	if st.Output, err = proto.Marshal(out); err != nil {
+		return nil, err
+	}
+	res := orchestrator.ResultOf(c.Dispatch, out)
+	err = h.e.j.FinishStep(h.id, c.N, st, func(r *record) {
+		r.Steps++
+		r.Spent = r.Spent.Add(res.Cost)
+		r.LastOutput = st.Output
+		r.CurrentAgent = c.Agent
+	}, h.flush)
+	if err != nil {
+		return nil, err
+	}
+	h.clear()
+	res.Signals = st.Signals
+	res.Duration = time.Since(started)
+	return res, nil
+}
+
+func decodeOutput(st *stepRecord, n uint64) (*operatorv1.OperatorOutput, error) {
+	if st == nil || st.Output == nil {
+		return nil, fmt.Errorf("step %d has no journaled output: %w", n, errs.Internal)
+	}
+	out := &operatorv1.OperatorOutput{}
+	if err := proto.Unmarshal(st.Output, out); err != nil {
+		return nil, fmt.Errorf("journaled output of step %d is corrupt: %v: %w", n, err, errs.Internal)
+	}
+	return out, nil
+}
+
+// call runs the operator, retrying operator failures per the agent's
+// policy. Each attempt is bounded by the call timeout and the Dispatch
+// caller's deadline.
+func (h *host) call(c *orchestrator.StepCall, agent *orchestrator.Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+	policy := c.Info.Retry.WithDefaults()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(orchestrator.WithBudget(h.callCtx, c.Remaining), h.e.opts.CallTimeout)
+		out, err := h.e.deps.Caller.Call(actx, agent, in)
+		cancel()
+		if err == nil {
+			return out, nil
+		}
+		if h.ctx.Err() != nil {
+			return nil, context.Cause(h.ctx)
+		}
+		if h.callCtx.Err() != nil {
+			return nil, fmt.Errorf("%v: %w", h.callCtx.Err(), errs.DeadlineExceeded)
+		}
+		if !orchestrator.Retryable(err) || attempt >= policy.MaxAttempts {
+			if attempt > 1 {
+				err = fmt.Errorf("after %d attempts: %w", attempt, err)
+			}
+			return nil, err
+		}
+		d := policy.Backoff(attempt, rand.Float64)
+		h.e.log.Warn("operator call failed; retrying", "workflow_id", h.id, "agent", c.Agent,
+			"attempt", attempt, "backoff", d.String(), "err", err)
+		if err := h.e.sleep(h.callCtx, d); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Apply implements orchestrator.Host. Transient State failures are
+// retried with capped backoff for as long as the workflow runs: an effect
+// is never dropped because the State service was briefly away.
+func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
+	if o, ok, err := h.recorded(c); err != nil || ok {
+		return o, err
+	}
+	st, err := h.e.j.Step(h.id, c.Step)
+	if err != nil {
+		return orchestrator.Outcome{}, err
+	}
+	out, err := decodeOutput(st, c.Step)
+	if err != nil {
+		return orchestrator.Outcome{}, err
+	}
+	if c.Index >= len(out.GetEffects()) {
+		return orchestrator.Outcome{}, fmt.Errorf("step %d has no effect %d: %w", c.Step, c.Index, errs.Internal)
+	}
+	eff := out.GetEffects()[c.Index]
+	env := orchestrator.EffectEnv{State: h.e.deps.State, Handlers: h.e.opts.Handlers, Publish: h.e.publish,
+		Signal: func(ctx context.Context, id string, payload []byte, key string) (uint64, bool, error) {
+			return h.e.Signal(ctx, id, payload, key)
+		}}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		applied, detail, err := orchestrator.ApplyEffect(h.ctx, env, h.id, c.Agent, c.Ref.Key, eff)
+		if h.ctx.Err() != nil {
+			return orchestrator.Outcome{}, context.Cause(h.ctx)
+		}
+		if err == nil {
+			o := orchestrator.Outcome{Applied: applied, Detail: detail}
+			if !applied {
+				h.e.log.Warn("effect not applied", "workflow_id", h.id, "agent", c.Agent, "effect", c.Ref.Kind, "key", c.Ref.Key, "detail", detail)
+			}
+			return o, h.record(c, o)
+		}
+		if !orchestrator.Transient(err) {
+			return orchestrator.Outcome{}, err
+		}
+		h.e.log.Warn("state service unavailable; retrying the effect", "workflow_id", h.id, "effect", c.Ref.Kind, "attempt", attempt, "err", err)
+		if err := h.e.sleep(h.ctx, backoff); err != nil {
+			return orchestrator.Outcome{}, err
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// recorded returns an effect's journaled outcome.
+func (h *host) recorded(c *orchestrator.EffectCall) (orchestrator.Outcome, bool, error) {
+	prev, err := h.e.j.Effect(h.id, c.Ref.Key)
+	if err != nil || prev == nil {
+		return orchestrator.Outcome{}, false, err
+	}
+	return orchestrator.Outcome{Applied: prev.Applied, Detail: prev.Detail}, true, nil
+}
+
+// Record implements orchestrator.Host.
+func (h *host) Record(c *orchestrator.EffectCall, o orchestrator.Outcome) error {
+	if _, ok, err := h.recorded(c); err != nil || ok {
+		return err
+	}
+	return h.record(c, o)
+}
+
+func (h *host) record(c *orchestrator.EffectCall, o orchestrator.Outcome) error {
+	err := h.e.j.RecordEffect(h.id, c.Ref.Key, &effectRecord{Applied: o.Applied, Detail: o.Detail, Step: c.Step, Time: time.Now()}, h.flush)
+	if err != nil {
+		return err
+	}
+	h.clear()
+	return nil
+}
+
+// Decide implements orchestrator.Host: the policy is a pure function of
+// its input, so a replay decides the same again.
+func (h *host) Decide(s orchestrator.BudgetState) (*lifecyclev1.BudgetDecision, error) {
+	return h.e.opts.Policy.Decide(s), nil
+}
+
+// errEnded says the workflow ended while it ran (a Cancel).
+var errEnded = errors.New("the workflow has already ended")
+
+// Await implements orchestrator.Host: it ends the workflow unless
+// signals are pending or the next step is journaled. A suspended
+// workflow's run ends here; a signal runs it again (Engine.Signal).
+func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	status := orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED
+	if suspended {
+		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED
+	}
+	isNew := h.next()
+	ending = h.prepare(ending)
+	more, err := h.e.j.EndUnlessMore(h.id, h.n+1, status, h.withEnding(ending, isNew), h.flush)
+	if errors.Is(err, errAlreadyEnded) {
+		return false, errEnded
+	}
+	if err != nil {
+		return false, err
+	}
+	h.clear()
+	if !more && isNew {
+		h.e.publish(ending)
+	}
+	return more, nil
+}
+
+// prepare is an event as the log keeps it.
+func (h *host) prepare(ev *lifecyclev1.LifecycleEvent) *lifecyclev1.LifecycleEvent {
+	ev = proto.Clone(ev).(*lifecyclev1.LifecycleEvent)
+	if ev.Time == nil {
+		ev.Time = timestamppb.Now()
+	}
+	return ev
+}
+
+// Stopped implements orchestrator.Host.
+func (h *host) Stopped(error) *orchestrator.Stop {
+	var canceled *canceledError
+	switch cause := context.Cause(h.ctx); {
+	case errors.Is(cause, errShutdown):
+		return &orchestrator.Stop{Pause: true}
+	case errors.As(cause, &canceled):
+		return &orchestrator.Stop{Reason: canceled.reason}
+	}
+	return nil
+}
+
+// End implements orchestrator.Host. A Cancel records its own end.
+func (h *host) End(status orchestratorv1.WorkflowStatus, f *orchestrator.Failure, ending *lifecyclev1.LifecycleEvent) bool {
+	isNew := h.next()
+	ending = h.prepare(ending)
+	recorded := false
+	_, err := h.e.j.Update(h.id, func(r *record) error {
+		recorded = false
+		if r.terminal() {
+			return nil // nothing to record, but the events staged are
+		}
+		r.Status = status
+		r.Failure = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
+		recorded = true
+		return nil
+	}, h.flush, func(b *bolt.Bucket) error {
+		// Update runs this before fn: the ending goes in only with the end,
+		// which the record read here says will be written.
+		r, err := readRecord(b)
+		if err != nil {
+			return err
+		}
+		return h.withEnding(ending, isNew && !r.terminal())(b)
+	})
+	if err != nil {
+		h.e.log.Error("could not record the workflow's end", "workflow_id", h.id, "err", err)
+		return false
+	}
+	h.clear()
+	if recorded && isNew {
+		h.e.publish(ending)
+	}
+	return recorded
+}

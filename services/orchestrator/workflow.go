@@ -1,0 +1,409 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/proto"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/money"
+)
+
+// The workflow, written once for every engine: the root agent's operator
+// calls, their effects (memory, signals, logs and custom effects through
+// the host; delegates and handoffs here), re-invocations with delegation
+// results, handoffs, signals, suspension, budgets and the delegation
+// guards. Each operator call is step n, counted in execution order. The
+// code is deterministic given its host's answers (see Host), which is
+// what lets an engine replay it after a crash.
+
+// Exit is how a run of the workflow ended.
+type Exit struct {
+	// Status: COMPLETED, SUSPENDED, FAILED or CANCELED; RUNNING when the
+	// workflow was paused for a shutdown.
+	Status  orchestratorv1.WorkflowStatus
+	Failure *Failure
+}
+
+// Run runs the workflow on h from the top (an engine's replay
+// fast-forwards through what it recorded) until it ends, suspends or is
+// stopped.
+func Run(h Host, s *Spec) Exit {
+	w := &workflow{h: h, s: s, models: map[string]string{}, agents: map[string]AgentInfo{}}
+	root := &operatorv1.OperatorInput{}
+	if err := proto.Unmarshal(s.Input, root); err != nil {
+		return w.fail(fmt.Errorf("the workflow's input is corrupt: %v: %w", err, errs.Internal))
+	}
+	w.corr = root.GetDispatch().GetCorrelationId()
+	if w.corr == "" {
+		w.corr = s.ID
+	}
+	w.event(s.RootAgent, "orchestrator.workflow.started", map[string]any{"agent_id": s.RootAgent, "detached": s.Detached})
+	info, err := w.lookup(s.RootAgent)
+	if err != nil {
+		return w.fail(err)
+	}
+	f := frame{agent: s.RootAgent, info: info, chain: []string{s.RootAgent}, cause: root.GetDispatch().GetCausationId(), session: root.SessionId}
+	_, err = w.agent(f, Plan{Kind: PlanInput, Input: s.Input}, true)
+	if err != nil {
+		return w.fail(err)
+	}
+	if w.parked {
+		return Exit{Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED}
+	}
+	return Exit{Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED}
+}
+
+// workflow is one run of a workflow.
+type workflow struct {
+	h       Host
+	s       *Spec
+	n       uint64 // steps begun
+	steps   uint32 // steps done
+	last    uint64 // the last step done
+	current string // the agent of the last step done
+	spent   decimal.Decimal
+	warned  bool
+	models  map[string]string // downgraded models by agent
+	agents  map[string]AgentInfo
+	corr    string
+	parked  bool // suspended, to run again when a signal arrives
+}
+
+// frame is one agent's place in the workflow.
+type frame struct {
+	agent   string
+	info    AgentInfo
+	depth   uint32
+	chain   []string // delegation ancestry, root first, this agent last
+	parent  string   // the dispatch that caused this one
+	cause   string   // the effect that caused it
+	session *string
+}
+
+// agentError is an operator call that failed for good, on its way up to
+// the delegating parent or the workflow's end.
+type agentError struct {
+	agent string
+	err   *OperatorError
+}
+
+func (e *agentError) Error() string { return fmt.Sprintf("agent %q: %v", e.agent, e.err) }
+func (e *agentError) Unwrap() error { return e.err }
+
+// event publishes an orchestrator ObservableEvent.
+func (w *workflow) event(agent, typ string, data map[string]any) {
+	w.h.Publish(w.observable(agent, typ, data))
+}
+
+func (w *workflow) observable(agent, typ string, data map[string]any) *lifecyclev1.LifecycleEvent {
+	return lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, typ, w.s.ID, agent, data)
+}
+
+// lookup asks the host about an agent, once per agent.
+func (w *workflow) lookup(id string) (AgentInfo, error) {
+	if info, ok := w.agents[id]; ok {
+		return info, nil
+	}
+	info, err := w.h.Lookup(id)
+	if err != nil {
+		return info, err
+	}
+	w.agents[id] = info
+	return info, nil
+}
+
+// fail ends the workflow for err, unless it was stopped from outside
+// without an end to record.
+func (w *workflow) fail(err error) Exit {
+	status := orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED
+	var f *Failure
+	if stop := w.h.Stopped(err); stop != nil {
+		if stop.Pause {
+			return Exit{Status: orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING}
+		}
+		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
+		f = &Failure{Code: int32(errs.Code(errs.Canceled)), Message: stop.Reason}
+	} else {
+		f = FailureOf(err)
+		if f.Code == int32(errs.Code(errs.Canceled)) {
+			status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
+		}
+	}
+	ending := w.observable(w.current, "orchestrator.workflow.failed", map[string]any{"code": f.Code, "message": f.Message, "reason": f.Reason})
+	if status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED {
+		ending = w.observable(w.current, "orchestrator.workflow.canceled", map[string]any{"reason": f.Message})
+	}
+	w.h.End(status, f, ending)
+	return Exit{Status: status, Failure: f}
+}
+
+// agent runs one agent to its end: its operator calls, their effects,
+// re-invocations with delegation results and handoffs. root marks the
+// workflow's top level, where signals keep the workflow going and the
+// end is recorded.
+func (w *workflow) agent(f frame, plan Plan, root bool) (*StepResult, error) {
+	for {
+		out, dispatchID, halt, err := w.step(f, plan)
+		if err != nil {
+			return nil, err
+		}
+		results, handoff, err := w.effects(f, dispatchID, out, halt)
+		if err != nil {
+			return nil, err
+		}
+		if halt != nil {
+			return nil, halt
+		}
+		if handoff != nil {
+			info, err := w.lookup(handoff.Ref.Agent)
+			if err != nil {
+				return nil, err
+			}
+			chain := append(append([]string(nil), f.chain[:len(f.chain)-1]...), handoff.Ref.Agent)
+			plan = Plan{Kind: PlanHandoff, Step: handoff.Step, Effect: handoff.Index, Session: f.session, From: f.agent, Results: results}
+			f = frame{agent: handoff.Ref.Agent, info: info, depth: f.depth, chain: chain, parent: dispatchID, cause: handoff.Ref.Key, session: f.session}
+			continue
+		}
+		if len(results) > 0 {
+			f.parent, f.cause = dispatchID, ""
+			plan = Plan{Kind: PlanResults, Session: f.session, Results: results}
+			continue
+		}
+		if !root {
+			return out, nil
+		}
+		suspended := out.Exit == operatorv1.ExitKind_EXIT_KIND_SUSPENDED.String()
+		kind := "orchestrator.workflow.completed"
+		if suspended {
+			kind = "orchestrator.workflow.suspended"
+		}
+		more, err := w.h.Await(suspended, w.observable(w.current, kind, map[string]any{"steps": w.steps, "spent": w.spent.String(), "exit": out.Exit}))
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			w.parked = suspended
+			return out, nil
+		}
+		// Signals arrived: the current agent gets them.
+		f.parent, f.cause = dispatchID, ""
+		in := &operatorv1.OperatorInput{Trigger: operatorv1.TriggerType_TRIGGER_TYPE_SIGNAL, SessionId: f.session}
+		if suspended {
+			in.Resume = &operatorv1.Resume{ResumeToken: out.ResumeToken}
+		}
+		b, err := proto.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		plan = Plan{Kind: PlanInput, Input: b}
+	}
+}
+
+// step makes the next operator call. halt is set when the budget policy
+// ends the workflow after this call (its effects are still executed,
+// except dispatches).
+func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt error, err error) {
+	w.n++
+	n := w.n
+	if n > w.s.MaxSteps {
+		return nil, "", nil, fmt.Errorf("the workflow reached its limit of %d operator calls (agents may be handing off or delegating in a loop): %w",
+			w.s.MaxSteps, errs.FailedPrecondition)
+	}
+	id = DispatchID(w.s.ID, n)
+	model, downgraded := w.models[f.agent]
+	c := &StepCall{N: n, Dispatch: id, Agent: f.agent, Info: f.info, Plan: plan, Model: model, Downgraded: downgraded,
+		Parent: f.parent, Cause: f.cause, Corr: w.corr, Depth: f.depth, Trace: w.s.Trace}
+	if w.s.Budget.Valid {
+		c.Remaining = decimal.NewNullDecimal(w.s.Budget.Decimal.Sub(w.spent))
+	}
+	out, err = w.h.Call(c)
+	var opErr *OperatorError
+	switch {
+	case errors.As(err, &opErr):
+		w.event(f.agent, "orchestrator.dispatch.failed", map[string]any{
+			"dispatch_id": id, "code": opErr.Failure.Code, "message": opErr.Failure.Message, "reason": opErr.Failure.Reason,
+		})
+		return nil, id, nil, &agentError{agent: f.agent, err: opErr}
+	case err != nil:
+		return nil, id, nil, err
+	}
+	out.N = n
+	w.steps++
+	w.last = n
+	w.current = f.agent
+	w.spent = w.spent.Add(out.Cost)
+	w.event(f.agent, "orchestrator.dispatch.completed", map[string]any{
+		"dispatch_id": id, "exit": out.Exit, "cost": out.Cost.String(),
+		"duration_ms": out.Duration.Milliseconds(), "effects": len(out.Effects), "signals": out.Signals,
+	})
+	halt, err = w.budget(f, out.Cost)
+	return out, id, halt, err
+}
+
+// budget reports the call's cost, warns as the budget nears its end, and
+// asks the policy what to do. It returns halt when the policy halts.
+func (w *workflow) budget(f frame, cost decimal.Decimal) (halt error, err error) {
+	w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_CostIncurred{
+		CostIncurred: &lifecyclev1.CostIncurred{AgentId: f.agent, Cost: money.FromDecimal(cost), Cumulative: money.FromDecimal(w.spent)},
+	}}))
+	if !w.s.Budget.Valid {
+		return nil, nil
+	}
+	limit := w.s.Budget.Decimal
+	if !w.warned && w.spent.GreaterThanOrEqual(limit.Mul(w.s.WarnFraction)) {
+		w.warned = true
+		w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_BudgetWarning{
+			BudgetWarning: &lifecyclev1.BudgetWarning{WorkflowId: w.s.ID, Spent: money.FromDecimal(w.spent), Limit: money.FromDecimal(limit)},
+		}}))
+	}
+	model := f.info.Model
+	if m, ok := w.models[f.agent]; ok {
+		model = m
+	}
+	d, err := w.h.Decide(BudgetState{WorkflowID: w.s.ID, AgentID: f.agent, Model: model, DowngradeModel: f.info.DowngradeModel,
+		Spent: w.spent, Limit: limit, WarnFraction: w.s.WarnFraction})
+	if err != nil {
+		return nil, err
+	}
+	kind := d.GetKind()
+	if kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_UNSPECIFIED || kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_CONTINUE {
+		return nil, nil
+	}
+	if kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_DOWNGRADE_MODEL {
+		if w.models[f.agent] == d.GetToModel() || d.GetToModel() == "" {
+			return nil, nil // already downgraded: nothing new to announce
+		}
+		w.models[f.agent] = d.GetToModel()
+	}
+	w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_BudgetAction{
+		BudgetAction: &lifecyclev1.BudgetAction{WorkflowId: w.s.ID, Decision: d},
+	}}))
+	if kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_HALT_WORKFLOW {
+		return fmt.Errorf("the workflow budget of %s USD is spent (%s USD after %d operator calls): %w",
+			limit.String(), w.spent.String(), w.n, errs.BudgetExhausted), nil
+	}
+	return nil, nil
+}
+
+// handoff is the Handoff effect an output follows.
+type handoff struct {
+	EffectCall
+}
+
+// effects executes an output's effects in declaration order, each once.
+// Delegates run their child agents to the end; the first Handoff is
+// returned for the caller to follow. With halt set (the budget is spent)
+// dispatching effects are recorded as not applied.
+func (w *workflow) effects(f frame, dispatchID string, out *StepResult, halt error) ([]DelegationRef, *handoff, error) {
+	var (
+		results []DelegationRef
+		next    *handoff
+	)
+	for i, ref := range out.Effects {
+		c := &EffectCall{Step: out.N, Index: i, Dispatch: dispatchID, Agent: f.agent, Ref: ref}
+		switch ref.Kind {
+		case "delegate":
+			d, err := w.delegate(f, c, halt)
+			if err != nil {
+				return nil, nil, err
+			}
+			results = append(results, d)
+		case "handoff":
+			var detail string
+			switch {
+			case next != nil:
+				detail = fmt.Sprintf("not followed: this output already handed off to %q; only the first handoff counts", next.Ref.Agent)
+			case halt != nil:
+				detail = "not followed: the workflow budget is spent"
+			default:
+				if _, err := w.lookup(ref.Agent); err != nil {
+					detail = "not followed: " + err.Error()
+				}
+			}
+			ok := detail == ""
+			if ok {
+				next = &handoff{*c}
+				detail = fmt.Sprintf("handed off to %q", ref.Agent)
+			}
+			if err := w.record(c, Outcome{Applied: ok, Detail: detail}); err != nil {
+				return nil, nil, err
+			}
+		default:
+			o, err := w.h.Apply(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			w.effectEvent(c, o)
+		}
+	}
+	return results, next, nil
+}
+
+// record keeps the outcome of an effect the workflow decided and
+// reports it.
+func (w *workflow) record(c *EffectCall, o Outcome) error {
+	if err := w.h.Record(c, o); err != nil {
+		return err
+	}
+	w.effectEvent(c, o)
+	return nil
+}
+
+func (w *workflow) effectEvent(c *EffectCall, o Outcome) {
+	t := "orchestrator.effect.applied"
+	if !o.Applied {
+		t = "orchestrator.effect.not_applied"
+	}
+	w.event(c.Agent, t, map[string]any{"dispatch_id": c.Dispatch, "effect": c.Ref.Kind, "idempotency_key": c.Ref.Key, "detail": o.Detail})
+}
+
+// guardError is a delegation guard (depth, cycle) tripping: it fails the
+// workflow with FAILED_PRECONDITION.
+func guardError(format string, a ...any) error {
+	return fmt.Errorf(format+": %w", append(a, errs.FailedPrecondition)...)
+}
+
+// delegate runs a Delegate effect's child agent to its end.
+func (w *workflow) delegate(f frame, c *EffectCall, halt error) (DelegationRef, error) {
+	res := DelegationRef{Agent: c.Ref.Agent, Key: c.Ref.Key}
+	notRun := func(detail string) (DelegationRef, error) {
+		res.Detail = detail
+		return res, w.record(c, Outcome{Detail: detail})
+	}
+	if halt != nil {
+		return notRun("not run: the workflow budget is spent")
+	}
+	info, err := w.lookup(c.Ref.Agent)
+	if err != nil {
+		return notRun(err.Error())
+	}
+	chain := append(append([]string(nil), f.chain...), c.Ref.Agent)
+	if slices.Contains(f.chain, c.Ref.Agent) {
+		return res, guardError("delegation cycle: %s", strings.Join(chain, " -> "))
+	}
+	if f.depth+1 > w.s.MaxDepth {
+		return res, guardError("delegation depth limit of %d reached: %s", w.s.MaxDepth, strings.Join(chain, " -> "))
+	}
+	child := frame{agent: c.Ref.Agent, info: info, depth: f.depth + 1, chain: chain, parent: c.Dispatch, cause: c.Ref.Key, session: c.Ref.Session}
+	out, err := w.agent(child, Plan{Kind: PlanDelegate, Step: c.Step, Effect: c.Index}, false)
+	var failed *agentError
+	switch {
+	case errors.As(err, &failed):
+		return notRun("failed: " + failed.err.Error())
+	case err != nil:
+		return res, err
+	}
+	res.OK = true
+	res.Step = w.last
+	res.Exit = strings.TrimPrefix(out.Exit, "EXIT_KIND_")
+	return res, w.record(c, Outcome{Applied: true, Detail: fmt.Sprintf("agent %q ran (%s)", c.Ref.Agent, res.Exit)})
+}
