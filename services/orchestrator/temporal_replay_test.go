@@ -23,9 +23,9 @@ import (
 // earlier build must replay on this one. testdata/temporal-histories
 // holds histories recorded from a Temporal dev server by the tests that
 // call replay (set NEURON_RECORD_HISTORIES=1 to record them again, after
-// a deliberate, versioned change to the workflow); every run replays
-// them, and every run against a dev server also replays the histories it
-// just made.
+// a deliberate, versioned change to the workflow); the temporal
+// package's TestReplayRecordedHistories replays them on every run, and
+// every run against a dev server also replays the histories it just made.
 const historyDir = "testdata/temporal-histories"
 
 // replayer replays histories on this build's workflow code.
@@ -44,24 +44,6 @@ func replayer(t *testing.T) worker.WorkflowReplayer {
 }
 
 func quietTemporal() tlog.Logger { return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
-
-func TestTemporalReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(historyDir, "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no recorded histories in %s", historyDir)
-	}
-	r := replayer(t)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			if err := r.ReplayWorkflowHistoryFromJSONFile(quietTemporal(), f); err != nil {
-				t.Errorf("history %s does not replay on this build (a non-deterministic change to the workflow?): %v", f, err)
-			}
-		})
-	}
-}
 
 // replayHistory fetches workflow id's history from c and replays it on
 // this build; with NEURON_RECORD_HISTORIES=1 it also records it as
