@@ -34,9 +34,9 @@
 //     work.
 //
 // What remains different is a property of the engine: the journal runs in
-// one process; Temporal lists workflows in its visibility store's order
-// and, for concurrent duplicate signals with one idempotency key, may
-// answer both callers before the workflow has told them apart.
+// one process; Temporal lists workflows in its visibility store's order,
+// and two concurrent Signals with one idempotency key are delivered once
+// but may both be answered duplicate=false (with the same sequence).
 //
 // # Effects
 //

@@ -637,6 +637,15 @@ func testDispatchCallerDeadlineAndCancel(t *testing.T, start starter) {
 	if codes.Code(wf.GetFailure().GetCode()) != codes.DeadlineExceeded || !strings.Contains(wf.GetFailure().GetMessage(), "deadline") {
 		t.Errorf("failure = %v, want DEADLINE_EXCEEDED", wf.GetFailure())
 	}
+	q, err := o.client.Query(ctx, &orchestratorv1.QueryRequest{WorkflowId: "late", QueryType: "steps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := q.GetResult().GetListValue().GetValues()
+	if len(steps) != 1 || steps[0].GetStructValue().GetFields()["state"].GetStringValue() != "failed" ||
+		!strings.Contains(steps[0].GetStructValue().GetFields()["error"].GetStringValue(), "deadline") {
+		t.Errorf("steps = %s, want the one step failed on the deadline", jsonOf(t, q.GetResult()))
+	}
 
 	cctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)

@@ -218,15 +218,19 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		}
 		// The operator may see the deadline pass a moment before this
 		// process does.
-		if h.callCtx.Err() != nil || errs.Code(err) == errs.Code(errs.DeadlineExceeded) && orchestrator.DeadlineNear(h.callCtx) {
-			return nil, fmt.Errorf("the Dispatch caller's deadline passed during step %d: %w", c.N, errs.DeadlineExceeded)
-		}
+		deadline := h.callCtx.Err() != nil || errs.Code(err) == errs.Code(errs.DeadlineExceeded) && orchestrator.DeadlineNear(h.callCtx)
 		f := orchestrator.FailureOf(err)
+		if deadline {
+			f = &orchestrator.Failure{Code: int32(errs.Code(errs.DeadlineExceeded)), Message: "the Dispatch caller's deadline passed"}
+		}
 		st.Error = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
 		if err := h.e.j.FinishStep(h.id, c.N, st, func(*record) {}, h.flush); err != nil {
 			return nil, err
 		}
 		h.clear()
+		if deadline {
+			return nil, fmt.Errorf("the Dispatch caller's deadline passed during step %d: %w", c.N, errs.DeadlineExceeded)
+		}
 		return nil, &orchestrator.OperatorError{Failure: f}
 	}
 	if st.Output, err = proto.Marshal(out); err != nil {
