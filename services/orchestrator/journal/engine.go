@@ -225,7 +225,7 @@ func (e *Engine) launch(rec *record) {
 
 // execute runs workflow id until it ends, suspends or is stopped.
 func (e *Engine) execute(ctx context.Context, id string) {
-	rec, err := e.j.Get(id)
+	rec, logged, lookups, err := e.j.runState(id)
 	if err != nil {
 		e.log.Error("workflow vanished from the journal", "workflow_id", id, "err", err)
 		return
@@ -233,11 +233,7 @@ func (e *Engine) execute(ctx context.Context, id string) {
 	if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
 		return
 	}
-	h, err := newHost(e, ctx, rec)
-	if err != nil {
-		e.log.Error("reading the workflow's event log", "workflow_id", id, "err", err)
-		return
-	}
+	h := newHost(e, ctx, rec, logged, lookups)
 	defer h.close()
 	exit := orchestrator.Run(h, e.spec(rec))
 	switch {

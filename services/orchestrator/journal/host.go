@@ -37,21 +37,22 @@ type host struct {
 	// and are logged with the workflow's next write.
 	wi, logged uint64
 	events     []*lifecyclev1.LifecycleEvent
-	// staged registry lookups, journaled with the workflow's next write:
-	// until then nothing depends on them durably.
-	staged map[string]*lookupRecord
+	// lookups recorded, and staged ones, journaled with the workflow's
+	// next write: until then nothing depends on them durably.
+	lookups, staged map[string]*lookupRecord
+	// outputs of the steps this run called or replayed; live marks those
+	// it called, whose effects no earlier run can have recorded.
+	outputs map[uint64]*operatorv1.OperatorOutput
+	live    map[uint64]bool
 }
 
-func newHost(e *Engine, ctx context.Context, rec *record) (*host, error) {
-	logged, err := e.j.published(rec.ID)
-	if err != nil {
-		return nil, err
-	}
-	h := &host{e: e, id: rec.ID, ctx: ctx, callCtx: ctx, cancel: func() {}, logged: logged, staged: map[string]*lookupRecord{}}
+func newHost(e *Engine, ctx context.Context, rec *record, logged uint64, lookups map[string]*lookupRecord) *host {
+	h := &host{e: e, id: rec.ID, ctx: ctx, callCtx: ctx, cancel: func() {}, logged: logged,
+		lookups: lookups, staged: map[string]*lookupRecord{}, outputs: map[uint64]*operatorv1.OperatorOutput{}, live: map[uint64]bool{}}
 	if !rec.Deadline.IsZero() {
 		h.callCtx, h.cancel = context.WithDeadline(ctx, rec.Deadline)
 	}
-	return h, nil
+	return h
 }
 
 func (h *host) close() { h.cancel() }
@@ -74,6 +75,9 @@ func (h *host) flush(b *bolt.Bucket) error {
 }
 
 func (h *host) clear() {
+	for agent, l := range h.staged {
+		h.lookups[agent] = l
+	}
 	clear(h.staged)
 	h.events = h.events[:0]
 }
@@ -121,10 +125,7 @@ func (h *host) Publish(ev *lifecyclev1.LifecycleEvent) {
 
 // Lookup implements orchestrator.Host.
 func (h *host) Lookup(agentID string) (orchestrator.AgentInfo, error) {
-	l, err := h.e.j.Lookup(h.id, agentID)
-	if err != nil {
-		return orchestrator.AgentInfo{}, err
-	}
+	l := h.lookups[agentID]
 	if l == nil {
 		l = h.staged[agentID]
 	}
@@ -195,6 +196,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		if err != nil {
 			return nil, err
 		}
+		h.outputs[c.N] = out
 		res := orchestrator.ResultOf(c.Dispatch, out)
 		res.Signals = st.Signals
 		return res, nil
@@ -247,6 +249,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		return nil, err
 	}
 	h.clear()
+	h.outputs[c.N], h.live[c.N] = out, true
 	res.Signals = st.Signals
 	res.Duration = time.Since(started)
 	return res, nil
@@ -303,13 +306,9 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 	if o, ok, err := h.recorded(c); err != nil || ok {
 		return o, err
 	}
-	st, err := h.e.j.Step(h.id, c.Step)
-	if err != nil {
-		return orchestrator.Outcome{}, err
-	}
-	out, err := decodeOutput(st, c.Step)
-	if err != nil {
-		return orchestrator.Outcome{}, err
+	out := h.outputs[c.Step]
+	if out == nil {
+		return orchestrator.Outcome{}, fmt.Errorf("effect %d of step %d: the step's output is not known to this run: %w", c.Index, c.Step, errs.Internal)
 	}
 	if c.Index >= len(out.GetEffects()) {
 		return orchestrator.Outcome{}, fmt.Errorf("step %d has no effect %d: %w", c.Step, c.Index, errs.Internal)
@@ -345,6 +344,9 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 
 // recorded returns an effect's journaled outcome.
 func (h *host) recorded(c *orchestrator.EffectCall) (orchestrator.Outcome, bool, error) {
+	if h.live[c.Step] {
+		return orchestrator.Outcome{}, false, nil
+	}
 	prev, err := h.e.j.Effect(h.id, c.Ref.Key)
 	if err != nil || prev == nil {
 		return orchestrator.Outcome{}, false, err

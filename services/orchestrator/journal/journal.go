@@ -582,28 +582,19 @@ func (j *Journal) Events(id string, after uint64) ([]*lifecyclev1.LifecycleEvent
 	return out, ended, err
 }
 
-// published is how many of its own events workflow id's log holds.
-func (j *Journal) published(id string) (uint64, error) {
-	var n uint64
-	err := j.view(id, func(b *bolt.Bucket) error {
-		n = getU64(b, keyLogOwn)
-		return nil
-	})
-	return n, err
-}
-
-// Lookup returns a recorded registry lookup, or nil.
-func (j *Journal) Lookup(id, agent string) (*lookupRecord, error) {
-	var l *lookupRecord
-	err := j.view(id, func(b *bolt.Bucket) error {
-		var rec lookupRecord
-		ok, err := getJSON(b, append([]byte{prefixLookup}, agent...), &rec)
-		if ok {
-			l = &rec
+// runState is what a run of workflow id starts from, read at once: its
+// record, how many of its own events its log holds, and its recorded
+// registry lookups.
+func (j *Journal) runState(id string) (r *record, published uint64, lookups map[string]*lookupRecord, err error) {
+	lookups = map[string]*lookupRecord{}
+	err = j.view(id, func(b *bolt.Bucket) error {
+		if r, err = readRecord(b); err != nil {
+			return err
 		}
-		return err
+		published = getU64(b, keyLogOwn)
+		return scan(b, prefixLookup, func(agent []byte, l *lookupRecord) { lookups[string(agent)] = l })
 	})
-	return l, err
+	return r, published, lookups, err
 }
 
 // stepOutput decodes step n's output from b; nil when it has none.
