@@ -4,12 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
@@ -65,10 +63,6 @@ func TestEndToEndDelegateHandoffHistory(t *testing.T) {
 func testEndToEnd(t *testing.T, o *orch, st statev1.StateServiceClient, writes *writeCounter) {
 	ctx := ctxT(t)
 
-	sub, err := o.events.Subscribe(ctx, &lifecyclev1.SubscribeRequest{WorkflowId: "wf-e2e-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	resp, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{
 		AgentId: "planner", WorkflowId: "wf-e2e-1", Input: userInput("Write a report.", "s1"),
 	})
@@ -148,29 +142,17 @@ func testEndToEnd(t *testing.T, o *orch, st statev1.StateServiceClient, writes *
 		t.Errorf("second dispatch read %d input tokens, first %d: history was not in context", tokens, resp.GetOutput().GetMetadata().GetTokensIn())
 	}
 
-	// Events: one dispatch.completed and one CostIncurred per operator call.
-	completed, costs := 0, 0
-	deadline := time.After(5 * time.Second)
-	for completed < 4 || costs < 4 {
-		ch := make(chan *lifecyclev1.SubscribeResponse, 1)
-		go func() {
-			r, err := sub.Recv()
-			if err == nil {
-				ch <- r
-			}
-		}()
-		select {
-		case r := <-ch:
-			ev := r.GetEvent()
-			if ev.GetObservable().GetEventType() == "orchestrator.dispatch.completed" {
-				completed++
-			}
-			if ev.GetBudget().GetCostIncurred() != nil {
-				costs++
-			}
-		case <-deadline:
-			t.Fatalf("events: %d dispatch.completed and %d cost_incurred, want 4 each", completed, costs)
+	// Events, from the workflow's log: one dispatch.completed and one
+	// CostIncurred per operator call.
+	evs, ended := readLog(t, o, "wf-e2e-1", 0, nil)
+	costs := 0
+	for _, e := range evs {
+		if e.ev.GetBudget().GetCostIncurred() != nil {
+			costs++
 		}
+	}
+	if completed := count(evs, "orchestrator.dispatch.completed"); !ended || completed != 4 || costs != 4 {
+		t.Errorf("events: %d dispatch.completed and %d cost_incurred (log ended: %v), want 4 each: %v", completed, costs, ended, evs)
 	}
 
 	// A repeated Dispatch with the same id and request returns the

@@ -75,7 +75,8 @@ type EffectEnv struct {
 	// signal queues a signal for a workflow of this orchestrator, keyed
 	// so that a repeat is a duplicate. Unknown or ended workflows are
 	// errs.NotFound or errs.FailedPrecondition.
-	Signal  func(ctx context.Context, workflowID string, payload []byte, key string) (seq uint64, dup bool, err error)
+	Signal func(ctx context.Context, workflowID string, payload []byte, key string) (seq uint64, dup bool, err error)
+	// Publish takes the events the effect produces (see Outcome.Events).
 	Publish func(*lifecyclev1.LifecycleEvent)
 }
 

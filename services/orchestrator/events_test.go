@@ -37,7 +37,8 @@ func approver(_ context.Context, in *operatorv1.OperatorInput) (*operatorv1.Oper
 // logged is one event of a workflow's log as a subscriber saw it.
 type logged struct {
 	pos uint64
-	typ string
+	typ string // the observable event type, or "budget"
+	ev  *lifecyclev1.LifecycleEvent
 }
 
 // readLog subscribes to workflow id's event log after position after and
@@ -63,7 +64,7 @@ func readLog(t *testing.T, o *orch, id string, after uint64, stop func(logged) b
 		if typ == "" {
 			typ = "budget"
 		}
-		l := logged{pos: ev.GetWorkflowSequence(), typ: typ}
+		l := logged{pos: ev.GetWorkflowSequence(), typ: typ, ev: ev}
 		got = append(got, l)
 		if stop != nil && stop(l) {
 			return got, false

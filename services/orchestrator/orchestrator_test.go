@@ -2,7 +2,6 @@ package orchestrator_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,11 +129,7 @@ func testBudgetHaltsWorkflow(t *testing.T, start starter) {
 		"third":  spend("third"),
 	})
 	o := start(t, registryYAML(t, agentsAt(opAddr, "lead", "helper", "third")...), stateAddr, orchOptions{})
-	sub, err := o.events.Subscribe(ctx, &lifecyclev1.SubscribeRequest{WorkflowId: "budget", Kinds: []lifecyclev1.EventKind{lifecyclev1.EventKind_EVENT_KIND_BUDGET}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "lead", WorkflowId: "budget", Input: userInput("x", ""),
+	_, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "lead", WorkflowId: "budget", Input: userInput("x", ""),
 		Budget: money.FromDecimal(decimal.RequireFromString("0.05"))})
 	if status.Code(err) != codes.ResourceExhausted || errs.Reason(errs.FromGRPC(err)) != errs.ReasonBudgetExhausted {
 		t.Fatalf("over budget: %v, want RESOURCE_EXHAUSTED BUDGET_EXHAUSTED", err)
@@ -147,12 +142,9 @@ func testBudgetHaltsWorkflow(t *testing.T, start starter) {
 		t.Errorf("helper max_cost = %v, want 0.02", h)
 	}
 	var cost, warn, halt int
-	for cost < 2 || warn < 1 || halt < 1 {
-		r, err := recvWithin(sub, 5*time.Second)
-		if err != nil {
-			t.Fatalf("budget events: %d cost, %d warning, %d halt: %v", cost, warn, halt, err)
-		}
-		b := r.GetEvent().GetBudget()
+	evs, _ := readLog(t, o, "budget", 0, nil)
+	for _, e := range evs {
+		b := e.ev.GetBudget()
 		switch {
 		case b.GetCostIncurred() != nil:
 			cost++
@@ -162,25 +154,10 @@ func testBudgetHaltsWorkflow(t *testing.T, start starter) {
 			halt++
 		}
 	}
+	if cost != 2 || warn != 1 || halt != 1 {
+		t.Errorf("budget events: %d cost, %d warning, %d halt; want 2, 1, 1: %v", cost, warn, halt, evs)
+	}
 	o.replayed(t, "budget", "budget-halt")
-}
-
-func recvWithin(sub grpc.ServerStreamingClient[lifecyclev1.SubscribeResponse], d time.Duration) (*lifecyclev1.SubscribeResponse, error) {
-	type res struct {
-		r   *lifecyclev1.SubscribeResponse
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		r, err := sub.Recv()
-		ch <- res{r, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.r, r.err
-	case <-time.After(d):
-		return nil, errors.New("timed out")
-	}
 }
 
 func TestRetryPolicy(t *testing.T) { backends(t, testRetryPolicy) }
@@ -286,10 +263,6 @@ func testCustomAndSignalEffects(t *testing.T, start starter) {
 			return nil
 		}},
 	}})
-	sub, err := o.events.Subscribe(ctx, &lifecyclev1.SubscribeRequest{WorkflowId: "fx", Sources: []lifecyclev1.EventSource{lifecyclev1.EventSource_EVENT_SOURCE_OPERATOR}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	resp, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "x", WorkflowId: "fx", Input: userInput("go", "")})
 	if err != nil {
 		t.Fatal(err)
@@ -302,10 +275,22 @@ func testCustomAndSignalEffects(t *testing.T, start starter) {
 	if len(handled) != 1 || handled[0] != "fx|fx#1/effect/0|hi" {
 		t.Errorf("handler calls = %v", handled)
 	}
-	r, err := recvWithin(sub, 5*time.Second)
-	if err != nil || r.GetEvent().GetObservable().GetEventType() != "operator.log" ||
-		r.GetEvent().GetObservable().GetData().GetStructValue().AsMap()["message"] != "look" {
-		t.Errorf("log effect event = %v, %v", r, err)
+	// The log effect's event is in the workflow's log, before the
+	// effect's own outcome.
+	evs, _ := readLog(t, o, "fx", 0, nil)
+	logs := 0
+	for i, e := range evs {
+		if e.typ != "operator.log" {
+			continue
+		}
+		logs++
+		if e.ev.GetObservable().GetData().GetStructValue().AsMap()["message"] != "look" ||
+			i+1 >= len(evs) || evs[i+1].typ != "orchestrator.effect.applied" {
+			t.Errorf("log effect event %v in %v", e.ev, evs)
+		}
+	}
+	if logs != 1 {
+		t.Errorf("%d operator.log events in the log, want 1: %v", logs, evs)
 	}
 	o.replayed(t, "fx", "custom-signal-log-effects")
 }

@@ -195,6 +195,9 @@ type EffectCall struct {
 type Outcome struct {
 	Applied bool
 	Detail  string
+	// Events the effect produced (a Log effect's operator.log), which the
+	// workflow publishes: they belong to its event log.
+	Events []*lifecyclev1.LifecycleEvent
 }
 
 // Failure is how a workflow or an operator call failed, as engines store

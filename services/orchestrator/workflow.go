@@ -342,6 +342,9 @@ func (w *workflow) effects(f frame, dispatchID string, out *StepResult, halt err
 			if err != nil {
 				return nil, nil, err
 			}
+			for _, ev := range o.Events {
+				w.h.Publish(ev)
+			}
 			w.effectEvent(c, o)
 		}
 	}

@@ -314,18 +314,21 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 		return orchestrator.Outcome{}, fmt.Errorf("step %d has no effect %d: %w", c.Step, c.Index, errs.Internal)
 	}
 	eff := out.GetEffects()[c.Index]
-	env := orchestrator.EffectEnv{State: h.e.deps.State, Handlers: h.e.opts.Handlers, Publish: h.e.publish,
+	var events []*lifecyclev1.LifecycleEvent
+	env := orchestrator.EffectEnv{State: h.e.deps.State, Handlers: h.e.opts.Handlers,
+		Publish: func(ev *lifecyclev1.LifecycleEvent) { events = append(events, ev) },
 		Signal: func(ctx context.Context, id string, payload []byte, key string) (uint64, bool, error) {
 			return h.e.Signal(ctx, id, payload, key)
 		}}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		events = events[:0]
 		applied, detail, err := orchestrator.ApplyEffect(h.ctx, env, h.id, c.Agent, c.Ref.Key, eff)
 		if h.ctx.Err() != nil {
 			return orchestrator.Outcome{}, context.Cause(h.ctx)
 		}
 		if err == nil {
-			o := orchestrator.Outcome{Applied: applied, Detail: detail}
+			o := orchestrator.Outcome{Applied: applied, Detail: detail, Events: events}
 			if !applied {
 				h.e.log.Warn("effect not applied", "workflow_id", h.id, "agent", c.Agent, "effect", c.Ref.Kind, "key", c.Ref.Key, "detail", detail)
 			}
@@ -351,7 +354,15 @@ func (h *host) recorded(c *orchestrator.EffectCall) (orchestrator.Outcome, bool,
 	if err != nil || prev == nil {
 		return orchestrator.Outcome{}, false, err
 	}
-	return orchestrator.Outcome{Applied: prev.Applied, Detail: prev.Detail}, true, nil
+	o := orchestrator.Outcome{Applied: prev.Applied, Detail: prev.Detail}
+	for _, raw := range prev.Events {
+		ev := &lifecyclev1.LifecycleEvent{}
+		if err := proto.Unmarshal(raw, ev); err != nil {
+			return o, false, fmt.Errorf("journaled event of effect %q is corrupt: %v: %w", c.Ref.Key, err, errs.Internal)
+		}
+		o.Events = append(o.Events, ev)
+	}
+	return o, true, nil
 }
 
 // Record implements orchestrator.Host.
@@ -363,7 +374,15 @@ func (h *host) Record(c *orchestrator.EffectCall, o orchestrator.Outcome) error 
 }
 
 func (h *host) record(c *orchestrator.EffectCall, o orchestrator.Outcome) error {
-	err := h.e.j.RecordEffect(h.id, c.Ref.Key, &effectRecord{Applied: o.Applied, Detail: o.Detail, Step: c.Step, Time: time.Now()}, h.flush)
+	rec := &effectRecord{Applied: o.Applied, Detail: o.Detail, Step: c.Step, Time: time.Now()}
+	for _, ev := range o.Events {
+		raw, err := proto.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		rec.Events = append(rec.Events, raw)
+	}
+	err := h.e.j.RecordEffect(h.id, c.Ref.Key, rec, h.flush)
 	if err != nil {
 		return err
 	}

@@ -164,10 +164,12 @@ func (s *stepRecord) done() bool { return s.Output != nil || s.Error != nil }
 
 // effectRecord is what happened to one effect.
 type effectRecord struct {
-	Applied bool      `json:"applied"`
-	Detail  string    `json:"detail,omitempty"`
-	Step    uint64    `json:"step"`
-	Time    time.Time `json:"time"`
+	Applied bool   `json:"applied"`
+	Detail  string `json:"detail,omitempty"`
+	// Events the effect produced (binary LifecycleEvents).
+	Events [][]byte  `json:"events,omitempty"`
+	Step   uint64    `json:"step"`
+	Time   time.Time `json:"time"`
 }
 
 // signalRecord is one accepted signal.

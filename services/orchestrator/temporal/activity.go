@@ -13,8 +13,10 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
@@ -214,7 +216,13 @@ func (e *Engine) effectActivity(ctx context.Context, a effectArgs) (*effectOutco
 		return nil, stateErr(err)
 	}
 	eff := out.GetEffects()[a.Index]
-	env := orchestrator.EffectEnv{State: e.deps.State, Handlers: e.opts.Engine.Handlers, Signal: e.Signal, Publish: e.publish}
+	var events [][]byte
+	env := orchestrator.EffectEnv{State: e.deps.State, Handlers: e.opts.Engine.Handlers, Signal: e.Signal,
+		Publish: func(ev *lifecyclev1.LifecycleEvent) {
+			if raw, err := proto.Marshal(ev); err == nil {
+				events = append(events, raw)
+			}
+		}}
 	stop := heartbeat(ctx, e.opts.HeartbeatTimeout)
 	defer stop()
 	applied, detail, err := orchestrator.ApplyEffect(ctx, env, a.WorkflowID, a.Agent, a.Key, eff)
@@ -225,7 +233,7 @@ func (e *Engine) effectActivity(ctx context.Context, a effectArgs) (*effectOutco
 	if !applied {
 		e.log.Warn("effect not applied", "workflow_id", a.WorkflowID, "agent", a.Agent, "effect", orchestrator.EffectKind(eff), "key", a.Key, "detail", detail)
 	}
-	return &effectOutcome{Key: a.Key, Applied: applied, Detail: detail}, nil
+	return &effectOutcome{Key: a.Key, Applied: applied, Detail: detail, Events: events}, nil
 }
 
 func randomHex(n int) string {

@@ -1,10 +1,14 @@
 package temporal
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/proto"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
@@ -121,6 +125,9 @@ type effectOutcome struct {
 	Key     string `json:"key"`
 	Applied bool   `json:"applied"`
 	Detail  string `json:"detail"`
+	// Events the effect produced (binary LifecycleEvents); only in the
+	// activity's result, never in the workflow's view.
+	Events [][]byte `json:"events,omitempty"`
 }
 
 // twStep is a step as queries show it.
@@ -252,8 +259,16 @@ func (r *callResult) port(signals []uint64) *orchestrator.StepResult {
 	return out
 }
 
-func (o effectOutcome) port() orchestrator.Outcome {
-	return orchestrator.Outcome{Applied: o.Applied, Detail: o.Detail}
+func (o effectOutcome) port() (orchestrator.Outcome, error) {
+	out := orchestrator.Outcome{Applied: o.Applied, Detail: o.Detail}
+	for _, raw := range o.Events {
+		ev := &lifecyclev1.LifecycleEvent{}
+		if err := proto.Unmarshal(raw, ev); err != nil {
+			return out, fmt.Errorf("an event of effect %q is corrupt: %v: %w", o.Key, err, errs.Internal)
+		}
+		out.Events = append(out.Events, ev)
+	}
+	return out, nil
 }
 
 func infoOf(a *orchestrator.Agent) agentInfo {

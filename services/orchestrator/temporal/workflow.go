@@ -461,8 +461,10 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(h.ctx, ao), twEffActivity, args).Get(h.ctx, &o); err != nil {
 		return orchestrator.Outcome{}, err
 	}
+	out, err := o.port()
+	o.Events = nil
 	h.res.Outcomes[c.Ref.Key] = o
-	return o.port(), nil
+	return out, err
 }
 
 // Record implements orchestrator.Host: the outcome joins the workflow's
