@@ -9,7 +9,7 @@
 #
 # The binary is cached at
 #   ${NEURON_CACHE:-$HOME/.cache/neuron}/kube-apiserver-v1.34.4/kube-apiserver
-# which is where pkg/testenv looks for it (NEURON_KUBE_APISERVER overrides
+# which is where internal/testenv looks for it (NEURON_KUBE_APISERVER overrides
 # that path in the tests).
 #
 # How: k8s.io/kubernetes is not go-installable (its go.mod replaces every

@@ -9,7 +9,7 @@
 #
 # The binary is cached at
 #   ${NEURON_CACHE:-$HOME/.cache/neuron}/temporal-v1.5.1/temporal
-# which is where pkg/testenv looks for it (NEURON_TEMPORAL overrides that
+# which is where internal/testenv looks for it (NEURON_TEMPORAL overrides that
 # path in the tests). v1.5.1 is pinned: @latest does not build here.
 set -euo pipefail
 

@@ -25,7 +25,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/process"
 )

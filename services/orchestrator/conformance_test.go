@@ -8,7 +8,7 @@ import (
 	conformance "github.com/secbear/neuron/pkg/conformance/orchestrator"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/money"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/shopspring/decimal"
 )
 

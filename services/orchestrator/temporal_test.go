@@ -12,7 +12,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/lifecycle"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/orchestrator/temporal"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 )
 
 // BenchmarkPostgresWrite measures Write throughput on the PostgreSQL

@@ -15,7 +15,7 @@ import (
 
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 )
 
 // TestMain shares one PostgreSQL server between the tests of this

@@ -13,7 +13,7 @@ import (
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
-	"github.com/secbear/neuron/pkg/benchkit"
+	"github.com/secbear/neuron/internal/benchkit"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/services/orchestrator"
 )

@@ -24,12 +24,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
-	"github.com/secbear/neuron/pkg/benchkit"
+	"github.com/secbear/neuron/internal/benchkit"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/middleware/audit"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/state"
 )
 

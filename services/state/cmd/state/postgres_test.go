@@ -22,7 +22,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The multi-process test: several state binaries on one PostgreSQL
