@@ -27,7 +27,7 @@ import (
 	"github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/grpcclient"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The tests run the Python and Node example clients, and the grpcurl

@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 

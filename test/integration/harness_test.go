@@ -33,7 +33,7 @@ import (
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/pkg/testenv"
+	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The commands under test, as import paths for testenv.BuildStatic.
