@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 )
 
 // TestMain shares one PostgreSQL server between the tests of this

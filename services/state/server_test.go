@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/scope"
 )
 
@@ -56,36 +57,36 @@ func TestServerNilFields(t *testing.T) {
 	}
 }
 
-// dial serves srv over an in-memory connection with the one interceptor
-// the handler relies on (errors mapped by errs.ToStatus) and returns a
-// client.
-func dial(t *testing.T, srv statev1.StateServiceServer) statev1.StateServiceClient {
+// serveRun starts the service through Run, as cmd/state starts it (the
+// standard chain of pkg/grpcserver in dev mode, the audit interceptor,
+// the call log through CallLogHandler), with cfg's backend, and returns
+// a client.
+func serveRun(t *testing.T, cfg Config) statev1.StateServiceClient {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		resp, err := h(ctx, req)
-		if err != nil {
-			return nil, errs.ToStatus(err).Err()
-		}
-		return resp, nil
-	}))
-	statev1.RegisterStateServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return statev1.NewStateServiceClient(conn)
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		cfg.Server = grpcserver.Config{Name: "state", Dev: true, ShutdownTimeout: 2 * time.Second}
+		cfg.Log, cfg.Listener = harness.Logger(t), lis
+		return Run(ctx, cfg)
+	})
+	return statev1.NewStateServiceClient(harness.Dial(t, addr))
+}
+
+// runBackends are the backends of TestServerOverGRPC, as Run opens them.
+var runBackends = []struct {
+	name   string
+	config func(t *testing.T) Config
+}{
+	{"memory", func(*testing.T) Config { return Config{Backend: BackendMemory} }},
+	{"bolt", func(t *testing.T) Config { return Config{Backend: BackendBolt, DataDir: t.TempDir()} }},
+	{"postgres", func(t *testing.T) Config { // skips without PostgreSQL
+		return Config{Backend: BackendPostgres, PostgresDSN: testenv.Postgres(t)}
+	}},
 }
 
 func TestServerOverGRPC(t *testing.T) {
-	for _, be := range backends {
+	for _, be := range runBackends {
 		t.Run(be.name, func(t *testing.T) {
-			c := dial(t, NewServer(be.open(t)))
+			c := serveRun(t, be.config(t))
 			s := scope.Agent("wf", "agent")
 			w, err := c.Write(ctx, &statev1.WriteRequest{Scope: s, Key: "k", Value: str("hello grpc"), ExpectedRevision: rev(0)})
 			if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -25,11 +23,11 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/benchkit"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
-	"github.com/secbear/neuron/pkg/middleware/audit"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -200,18 +198,13 @@ func makeValues(b *testing.B) benchValues {
 }
 
 // startService serves the real StateService on a bbolt file, on loopback
-// TCP, built as cmd/state builds it: grpcserver in dev mode (the standard
-// chain: logging, errmap, recovery, protovalidate) plus the audit
-// interceptor, logging JSON at info level (to io.Discard, so the cost of
-// formatting is in, the terminal's is not).
+// TCP, through state.Run as cmd/state starts it (the standard chain of
+// pkg/grpcserver in dev mode: call log, errmap, recovery, protovalidate;
+// then the audit interceptor), logging JSON at info level (to io.Discard,
+// so the cost of formatting is in, the terminal's is not).
 func startService(b *testing.B) statev1.StateServiceClient {
 	b.Helper()
-	log := discardLog(b)
-	store, err := state.OpenBolt(filepath.Join(b.TempDir(), "state.db"), state.WithLogger(log))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return serve(b, log, store)
+	return serve(b, state.Config{Backend: state.BackendBolt, DataDir: b.TempDir()})
 }
 
 // startPostgresService is startService on the PostgreSQL backend, on a
@@ -221,52 +214,23 @@ func startService(b *testing.B) statev1.StateServiceClient {
 // binary's with a DSN that sets no pool_max_conns.
 func startPostgresService(b *testing.B) statev1.StateServiceClient {
 	b.Helper()
-	dsn := testenv.Postgres(b)
-	log := discardLog(b)
-	store, err := state.OpenPostgres(context.Background(), dsn, state.WithLogger(log))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return serve(b, log, store)
+	return serve(b, state.Config{Backend: state.BackendPostgres, PostgresDSN: testenv.Postgres(b)})
 }
 
-// discardLog is the service's logger, JSON at info level, to io.Discard.
-func discardLog(b *testing.B) *slog.Logger {
+// serve runs state.Run with cfg (dev mode, the binary's logger) until b
+// ends and returns a client of it.
+func serve(b *testing.B, cfg state.Config) statev1.StateServiceClient {
 	b.Helper()
 	log, err := logging.New(io.Discard, logging.Options{Level: "info", Format: "json", Service: "state"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return log
-}
-
-// serve serves store as cmd/state does, closing it when b ends, and
-// returns a client of it.
-func serve(b *testing.B, log *slog.Logger, store state.Backend) statev1.StateServiceClient {
-	b.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Addr: "127.0.0.1:0", Dev: true}, log,
-		grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor(audit.WithLogger(log))}, nil))
-	if err != nil {
-		b.Fatal(err)
-	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
-	lis, err := srv.Listen()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-		if err := store.Close(); err != nil {
-			b.Error(err)
-		}
+	addr := harness.Serve(b, func(ctx context.Context, lis net.Listener) error {
+		cfg.Server = grpcserver.Config{Name: "state", Dev: true}
+		cfg.Log, cfg.Listener = log, lis
+		return state.Run(ctx, cfg)
 	})
-	return statev1.NewStateServiceClient(dial(b, lis.Addr().String()))
+	return statev1.NewStateServiceClient(harness.Dial(b, addr))
 }
 
 // startEcho serves a bare grpc-go server (no options, no interceptors)
@@ -287,23 +251,13 @@ func startEcho(b *testing.B) healthpb.HealthClient {
 			b.Error(err)
 		}
 	})
-	c := healthpb.NewHealthClient(dial(b, lis.Addr().String()))
+	// One plain client connection (harness.Dial), as for the service,
+	// so the comparison is of the servers.
+	c := healthpb.NewHealthClient(harness.Dial(b, lis.Addr().String()))
 	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		b.Fatal(err)
 	}
 	return c
-}
-
-// dial returns one plain client connection, the same for the service and
-// the echo server, so the comparison is of the servers.
-func dial(b *testing.B, addr string) *grpc.ClientConn {
-	b.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 // settle waits (at most 30s) until this process is nearly idle: after a

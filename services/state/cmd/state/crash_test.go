@@ -30,9 +30,9 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The crash test runs the real state binary, SIGKILLs it at random

@@ -10,21 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
-	"time"
 
-	"google.golang.org/grpc"
-
-	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/flagenv"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
-	"github.com/secbear/neuron/pkg/middleware/audit"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/state"
 )
@@ -43,25 +35,26 @@ func main() {
 	}
 }
 
+// run is the flag layer: it parses args (with the NEURON_STATE_* env
+// fallbacks) into a state.Config, builds the logger, dials the policy
+// middleware when --middleware-addr is set, and calls state.Run.
 func run(ctx context.Context, args []string, stderr io.Writer) error {
-	srvCfg := grpcserver.Config{Name: "state", Addr: "127.0.0.1:7072"}
+	cfg := state.Config{Server: grpcserver.Config{Name: "state", Addr: state.DefaultAddr}}
 	fs := flag.NewFlagSet("state", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	srvCfg.BindFlags(fs)
+	cfg.Server.BindFlags(fs)
 	var mwFlags remote.Flags
 	mwFlags.Bind(fs)
-	var (
-		dataDir         = fs.String("data-dir", ".data/state", "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
-		backend         = fs.String("backend", "bolt", "storage backend: bolt (durable), postgres (shared by replicas) or memory (tests only; lost on exit)")
-		postgresDSN     = fs.String("postgres-dsn", "", "PostgreSQL DSN for --backend postgres (prefer --postgres-dsn-file when it holds a password)")
-		postgresDSNFile = fs.String("postgres-dsn-file", "", "file holding the PostgreSQL DSN for --backend postgres (keeps the password out of argv and env)")
-		maxKey          = fs.Int("max-key-bytes", state.DefaultLimits().MaxKeyBytes, "largest key accepted, in bytes")
-		maxValue        = fs.Int("max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
-		lockTimeout     = fs.Duration("lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
-		retention       = fs.Duration("idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
-		logLevel        = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat       = fs.String("log-format", "json", "json or text")
-	)
+	fs.StringVar(&cfg.DataDir, "data-dir", state.DefaultDataDir, "directory of the bbolt file (state.db) and its search index (state.db.bleve)")
+	fs.StringVar(&cfg.Backend, "backend", state.BackendBolt, "storage backend: bolt (durable), postgres (shared by replicas) or memory (tests only; lost on exit)")
+	fs.StringVar(&cfg.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN for --backend postgres (prefer --postgres-dsn-file when it holds a password)")
+	fs.StringVar(&cfg.PostgresDSNFile, "postgres-dsn-file", "", "file holding the PostgreSQL DSN for --backend postgres (keeps the password out of argv and env)")
+	fs.IntVar(&cfg.Limits.MaxKeyBytes, "max-key-bytes", state.DefaultLimits().MaxKeyBytes, "largest key accepted, in bytes")
+	fs.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
+	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
+	fs.DurationVar(&cfg.IdempotencyRetention, "idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "state: the layer0 StateService on bbolt")
 	if err := flagenv.Parse(fs, envPrefix, args, nil); err != nil {
 		return err
@@ -70,84 +63,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.Log = log
 	// The policy middleware, when configured: unreachable and fail-closed,
-	// start-up fails rather than serve without the policy.
-	mwFlags.Client.Dev, mwFlags.Client.Plaintext = srvCfg.Dev, srvCfg.Plaintext
+	// start-up fails rather than serve without the policy. It is dialled
+	// here because package state cannot import pkg/middleware/remote (whose
+	// tests serve state); state.Run puts it outside the audit log.
+	mwFlags.Client.Dev, mwFlags.Client.Plaintext = cfg.Server.Dev, cfg.Server.Plaintext
 	mw, closeMW, err := remote.Dial(ctx, mwFlags, log)
 	if err != nil {
 		return err
 	}
 	defer closeMW()
-	// Service interceptors, outermost first. The middleware is outside
-	// the audit log so that the log records what was applied: a write the
-	// middleware halts before is never applied (and not audited), a write
-	// whose result it withholds after was applied (and is audited as such),
-	// and a rewritten write is audited as it was stored. The middleware
-	// logs each verdict it applies.
-	var unary []grpc.UnaryServerInterceptor
-	if mw != nil {
-		unary = append(unary, mw.StoreServerInterceptor())
+	if mw != nil { // a nil *remote.Middleware is not a nil StoreMiddleware
+		cfg.Middleware = mw
 	}
-	unary = append(unary, audit.UnaryServerInterceptor(audit.WithLogger(log)))
-	// The server before any file is made: a bad security config fails first.
-	// Its call log never quotes the caller's keys (state.CallLogHandler).
-	srvLog := slog.New(state.CallLogHandler(log.Handler()))
-	srv, err := grpcserver.New(srvCfg, srvLog, grpcserver.WithInterceptors(unary, nil))
-	if err != nil {
-		return err
-	}
-	opts := []state.Option{
-		state.WithLimits(state.Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue}),
-		state.WithIdempotencyRetention(*retention),
-		state.WithLockTimeout(*lockTimeout),
-		state.WithLogger(log),
-	}
-	var store state.Backend
-	switch *backend {
-	case "bolt":
-		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
-			return fmt.Errorf("--data-dir: %w", err)
-		}
-		path := filepath.Join(*dataDir, "state.db")
-		b, err := state.OpenBolt(path, opts...)
-		if err != nil {
-			return err
-		}
-		store = b
-		log.Info("data", "file", path, "index", path+".bleve")
-	case "postgres":
-		dsn := *postgresDSN
-		if *postgresDSNFile != "" {
-			raw, err := os.ReadFile(*postgresDSNFile)
-			if err != nil {
-				return fmt.Errorf("--postgres-dsn-file: %w", err)
-			}
-			dsn = strings.TrimSpace(string(raw))
-		}
-		if dsn == "" {
-			return errors.New("--backend postgres needs --postgres-dsn or --postgres-dsn-file")
-		}
-		p, err := state.OpenPostgres(ctx, dsn, opts...)
-		if err != nil {
-			return err
-		}
-		store = p
-		log.Info("data", "backend", "postgres")
-	case "memory":
-		store = state.NewMemory(opts...)
-		log.Warn("IN-MEMORY BACKEND: nothing is durable; data is lost on exit")
-	default:
-		return fmt.Errorf("--backend %q: want bolt, postgres or memory", *backend)
-	}
-	defer store.Close()
-
-	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
-	lis, err := srv.Listen()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	err = srv.Serve(ctx, lis)
-	log.Info("exit", "uptime", time.Since(start).Round(time.Millisecond).String())
-	return err
+	return state.Run(ctx, cfg)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +20,12 @@ func TestBadConfigFailsWithOneClearLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := free.Addr().String() // nothing listens there once closed
+	free.Close()
 	tests := []struct {
 		name string
 		args []string
@@ -30,6 +37,7 @@ func TestBadConfigFailsWithOneClearLine(t *testing.T) {
 		{"bad log level", []string{"--dev", "--log-level", "loud"}, "log level"},
 		{"file locked by another process", []string{"--dev", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "held"), "--lock-timeout", "50ms"}, "another process holds the lock"},
 		{"unknown flag", []string{"--colour"}, "flag provided but not defined"},
+		{"middleware unreachable", []string{"--dev", "--backend", "memory", "--addr", "127.0.0.1:0", "--middleware-addr", nobody}, "middleware at " + nobody + ": Describe failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,10 +19,10 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The multi-process test: several state binaries on one PostgreSQL
