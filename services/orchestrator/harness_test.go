@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -18,9 +20,9 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -28,7 +30,8 @@ import (
 	"github.com/secbear/neuron/services/operator/tool"
 	"github.com/secbear/neuron/services/operator/tool/effect"
 	"github.com/secbear/neuron/services/orchestrator"
-	"github.com/secbear/neuron/services/orchestrator/journal"
+	// Named so: serve is this package's helper serving the fakes.
+	orchserve "github.com/secbear/neuron/services/orchestrator/serve"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -120,12 +123,12 @@ func startOperator(t *testing.T, stateAddr string) string {
 // orch is an orchestrator under test.
 type orch struct {
 	addr    string
-	bus     *lifecycle.Bus
 	client  orchestratorv1.OrchestratorServiceClient
 	events  lifecyclev1.LifecycleServiceClient
 	journal string
-	// stop closes the engine and journal (the gRPC server stays up, its
-	// calls failing), as a process shutdown would.
+	// stop ends the orchestrator as a SIGTERM would (its Run's context
+	// ends): the engine pauses first, its workflows left to resume, then
+	// the server stops. It returns once Run has, the journal closed.
 	stop func()
 	// replay replays a workflow's Temporal history on this build (and
 	// records it under name when asked); nil on the bbolt backend.
@@ -142,8 +145,10 @@ func (o *orch) replayed(t *testing.T, id, name string) {
 
 // orchOptions adjust startOrch.
 type orchOptions struct {
+	// engine is orchserve.Config.Engine.
 	engine orchestrator.Options
-	chain  []grpc.UnaryClientInterceptor
+	// chain is orchserve.Config.DispatchInterceptors.
+	chain []grpc.UnaryClientInterceptor
 }
 
 // registryYAML renders agents as a registry file (JSON is YAML).
@@ -156,51 +161,56 @@ func registryYAML(t *testing.T, agents ...map[string]any) []byte {
 	return b
 }
 
-// startOrch runs an orchestrator (engine + gRPC server) over a journal in
-// dir, stopped when the test ends.
+// orchConfig is the Config of an orchestrator under test: dev mode, the
+// registry written to a file, the State service at stateAddr, a short
+// event-log poll, o's engine options and interceptors.
+func orchConfig(t *testing.T, registry []byte, stateAddr string, o orchOptions) orchserve.Config {
+	t.Helper()
+	agents := filepath.Join(t.TempDir(), "agents.yaml")
+	if err := os.WriteFile(agents, registry, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return orchserve.Config{
+		Server:               grpcserver.Config{Name: "orchestrator", Dev: true, ShutdownTimeout: 2 * time.Second},
+		Log:                  harness.Quiet(),
+		Agents:               agents,
+		State:                grpcclient.Config{Target: stateAddr},
+		DispatchInterceptors: o.chain,
+		Engine:               o.engine,
+		EventLogPoll:         50 * time.Millisecond,
+	}
+}
+
+// runOrch serves cfg through orchserve.Run (harness.Serve) until the test
+// ends or stop is called.
+func runOrch(t *testing.T, cfg orchserve.Config) *orch {
+	t.Helper()
+	stopCtx, stopRun := context.WithCancel(context.Background())
+	t.Cleanup(stopRun)
+	returned := make(chan struct{})
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		defer close(returned)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(stopCtx, cancel)()
+		cfg.Listener = lis
+		return orchserve.Run(ctx, cfg)
+	})
+	cc := harness.Dial(t, addr)
+	return &orch{addr: addr, client: orchestratorv1.NewOrchestratorServiceClient(cc),
+		events: lifecyclev1.NewLifecycleServiceClient(cc),
+		stop:   func() { stopRun(); <-returned }}
+}
+
+// startOrch runs an orchestrator over a journal in dir (the binary's
+// --backend bolt --data-dir dir), stopped when the test ends.
 func startOrch(t *testing.T, dir string, registry []byte, stateAddr string, o orchOptions) *orch {
 	t.Helper()
-	reg, err := orchestrator.ParseRegistry(registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "journal.db")
-	j, err := journal.Open(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain := append([]grpc.UnaryClientInterceptor{orchestrator.AuditInterceptor(quiet()), orchestrator.BudgetInterceptor()}, o.chain...)
-	caller := orchestrator.NewGRPCCaller(grpcclient.Config{Dev: true}, grpcclient.Config{Dev: true}, chain...)
-	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: stateAddr, Dev: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bus := lifecycle.NewBus(lifecycle.Options{StartSequence: j.Epoch() * 1_000_000_000})
-	if o.engine.Log == nil {
-		o.engine.Log = quiet()
-	}
-	eng := journal.New(j, orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn), Bus: bus}, o.engine)
-	addr := serve(t, func(s *grpcserver.Server) {
-		orchestratorv1.RegisterOrchestratorServiceServer(s, orchestrator.NewServer(eng, o.engine.Workers))
-		lifecyclev1.RegisterLifecycleServiceServer(s, lifecycle.NewServer(bus, lifecycle.WithWorkflowLog(eng, 50*time.Millisecond)))
-	})
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			eng.Close()
-			bus.Close()
-			caller.Close()
-			stateConn.Close()
-			j.Close()
-		})
-	}
-	t.Cleanup(stop)
-	if _, err := eng.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	cc := dial(t, addr)
-	return &orch{addr: addr, bus: bus, client: orchestratorv1.NewOrchestratorServiceClient(cc),
-		events: lifecyclev1.NewLifecycleServiceClient(cc), journal: path, stop: stop}
+	cfg := orchConfig(t, registry, stateAddr, o)
+	cfg.Backend, cfg.DataDir, cfg.LockTimeout = orchserve.BackendBolt, dir, time.Second
+	o2 := runOrch(t, cfg)
+	o2.journal = filepath.Join(dir, "journal.db")
+	return o2
 }
 
 // script is a scripted-model script as registry metadata.

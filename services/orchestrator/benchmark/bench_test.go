@@ -8,9 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,16 +19,14 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/benchkit"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/logging"
-	"github.com/secbear/neuron/internal/testenv"
-	"github.com/secbear/neuron/services/orchestrator"
-	"github.com/secbear/neuron/services/orchestrator/journal"
-	"github.com/secbear/neuron/services/orchestrator/temporal"
+	"github.com/secbear/neuron/services/orchestrator/serve"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -169,83 +167,51 @@ func serveBare(b *testing.B, gs *grpc.Server) string {
 	return lis.Addr().String()
 }
 
-// startTemporal serves the orchestrator on the Temporal backend as
-// cmd/orchestrator builds it, with one agent on the operator at opAddr.
+// startTemporal serves the orchestrator on the Temporal backend through
+// serve.Run, as cmd/orchestrator does with --backend temporal, with one
+// agent on the operator at opAddr.
 func startTemporal(b *testing.B, dev *testenv.TemporalDev, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
-	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
-		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: 1})
-		t := temporal.New(dev.Client, orchestrator.Deps{Registry: reg, Caller: caller, State: state, Bus: bus}, temporal.Options{Engine: orchestrator.Options{Log: log}})
-		if err := t.StartWorker(); err != nil {
-			b.Fatal(err)
-		}
-		return orchestrator.NewServer(t, 0), func() { t.Stop(); bus.Close() }
-	})
+	cfg := config(b, log, opAddr)
+	cfg.Backend = serve.BackendTemporal
+	cfg.Temporal = serve.Temporal{Address: dev.Address, Namespace: dev.Namespace}
+	return serveOrchestrator(b, cfg)
 }
 
-// startOrchestrator serves the orchestrator as cmd/orchestrator builds it
-// (without the optional remote middleware) with one agent on the operator
-// at opAddr, and returns a client of it.
+// startOrchestrator serves the orchestrator through serve.Run, as
+// cmd/orchestrator does (without the optional remote middleware), over a
+// journal in a temporary directory, with one agent on the operator at
+// opAddr, and returns a client of it.
 func startOrchestrator(b *testing.B, log *slog.Logger, opAddr string) orchestratorv1.OrchestratorServiceClient {
-	return serveOrchestrator(b, log, opAddr, func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func()) {
-		j, err := journal.Open(filepath.Join(b.TempDir(), "journal.db"), time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bus := lifecycle.NewBus(lifecycle.Options{BufferSize: 4096, SubscriberBuffer: 256, StartSequence: j.Epoch() * 1_000_000_000})
-		eng := journal.New(j, orchestrator.Deps{Registry: reg, Caller: caller, State: state, Bus: bus}, orchestrator.Options{Log: log})
-		return orchestrator.NewServer(eng, 0), func() {
-			eng.Close()
-			bus.Close()
-			if err := j.Close(); err != nil {
-				b.Error(err)
-			}
-		}
-	})
+	cfg := config(b, log, opAddr)
+	cfg.Backend, cfg.DataDir = serve.BackendBolt, b.TempDir()
+	return serveOrchestrator(b, cfg)
 }
 
-// backend builds one orchestrator backend over the registry, the
-// operator caller and the State service; it returns the service and
-// what stops it.
-type backend func(reg *orchestrator.Registry, caller orchestrator.Caller, state statev1.StateServiceClient) (orchestratorv1.OrchestratorServiceServer, func())
-
-// serveOrchestrator serves a backend with the binary's server chain, one
-// agent on the operator at opAddr and an in-memory State service, until
-// the benchmark ends, and returns a client of it.
-func serveOrchestrator(b *testing.B, log *slog.Logger, opAddr string, start backend) orchestratorv1.OrchestratorServiceClient {
+// config is the orchestrator's Config: dev mode, a registry of one agent
+// on the operator at opAddr, an in-memory State service.
+func config(b *testing.B, log *slog.Logger, opAddr string) serve.Config {
 	b.Helper()
-	reg, err := orchestrator.ParseRegistry(fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr))
-	if err != nil {
+	agents := filepath.Join(b.TempDir(), "agents.yaml")
+	if err := os.WriteFile(agents, fmt.Appendf(nil, "agents:\n  - id: %s\n    operator: %q\n", agentID, opAddr), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	srv, err := grpcserver.New(grpcserver.Config{Name: "orchestrator", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		b.Fatal(err)
+	return serve.Config{
+		Server: grpcserver.Config{Name: "orchestrator", Dev: true},
+		Log:    log,
+		Agents: agents,
+		State:  grpcclient.Config{Target: startState(b)},
 	}
-	peer := grpcclient.Config{Dev: true}
-	caller := orchestrator.NewGRPCCaller(peer, peer, orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor())
-	stateConn, err := grpcclient.Dial(grpcclient.Config{Target: startState(b), Dev: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, stop := start(reg, caller, statev1.NewStateServiceClient(stateConn))
-	orchestratorv1.RegisterOrchestratorServiceServer(srv, svc)
-	lis, err := srv.Listen()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	b.Cleanup(func() {
-		cancel()
-		stop()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-		caller.Close()
-		_ = stateConn.Close()
+}
+
+// serveOrchestrator runs serve.Run with cfg until the benchmark ends and
+// returns a client of it.
+func serveOrchestrator(b *testing.B, cfg serve.Config) orchestratorv1.OrchestratorServiceClient {
+	b.Helper()
+	addr := harness.Serve(b, func(ctx context.Context, lis net.Listener) error {
+		cfg.Listener = lis
+		return serve.Run(ctx, cfg)
 	})
-	return orchestratorv1.NewOrchestratorServiceClient(dial(b, lis.Addr().String()))
+	return orchestratorv1.NewOrchestratorServiceClient(dial(b, addr))
 }
 
 // dial returns one plain client connection, the same for the orchestrator

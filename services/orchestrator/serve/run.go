@@ -1,0 +1,383 @@
+// Package serve starts the orchestrator: Config is what the binary's
+// flags set, and Run serves OrchestratorService and LifecycleService
+// with it until its context ends. cmd/orchestrator parses flags into a
+// Config and calls Run; the tests and the benchmarks call Run too
+// (through internal/harness), so what they start is what production
+// starts: the same agent registry loading, dispatch-boundary chain,
+// State client, engine, lifecycle bus and shutdown order.
+//
+// Run lives here, not in package orchestrator with the other services'
+// Run, because it chooses an engine: the journal and temporal packages
+// import package orchestrator (the workflow, the port, the Server), so
+// the code that builds either engine has to sit above all three. The
+// alternative, an engine factory in the Config, would have left the
+// choice of engine, the journal's recovery and the Temporal dial in every
+// caller, which is the wiring this package exists to hold once.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/middleware/remote"
+	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/journal"
+	"github.com/secbear/neuron/services/orchestrator/temporal"
+)
+
+// Backends.
+const (
+	// BackendBolt keeps workflows in a bbolt journal in DataDir; one
+	// process.
+	BackendBolt = "bolt"
+	// BackendTemporal runs workflows on a Temporal cluster; any number of
+	// orchestrators.
+	BackendTemporal = "temporal"
+)
+
+// Defaults of Config.
+const (
+	DefaultDataDir          = ".data/orchestrator"
+	DefaultEventsBuffer     = 4096
+	DefaultSubscriberBuffer = 256
+	DefaultEventLogPoll     = time.Second
+	DefaultTemporalNS       = "default"
+)
+
+// Config is everything Run needs to serve the orchestrator: what its
+// binary's flags set. Zero values take the defaults noted on each field.
+//
+// The peers (State, Operator, Environment, Middleware.Client) are dialled
+// without TLS when Server.Dev is set, and without TLS but with their
+// tokens when Server.Plaintext is: --dev and --plaintext cover every peer.
+//
+// Run sets no process-wide state: the binary installs the W3C trace
+// context and baggage as OpenTelemetry's propagator, which the clients to
+// agents use to carry a dispatch's trace on.
+type Config struct {
+	// Server is the listen address, TLS, auth, limits and shutdown
+	// (pkg/grpcserver).
+	Server grpcserver.Config
+	// Log receives the service's logs; nil discards them.
+	Log *slog.Logger
+	// Listener, when set, is served instead of listening on Server.Addr
+	// (tests, embedding). Run closes it.
+	Listener net.Listener
+
+	// Agents is the YAML file of the agent registry (--agents, required):
+	// agent id -> operator or environment address and defaults.
+	Agents string
+	// State says how to reach the State service, which applies memory
+	// effects and, on Temporal, keeps operator outputs (--state-addr,
+	// required; --state-ca, ...).
+	State grpcclient.Config
+	// Operator and Environment are the TLS and token settings of calls to
+	// agents' operator and environment services (--operator-ca, ...,
+	// --environment-token-file); the addresses come from the registry.
+	Operator, Environment grpcclient.Config
+	// Middleware is the remote MiddlewareService at the dispatch boundary
+	// (--middleware-addr, ...); no address: none.
+	Middleware remote.Flags
+	// DispatchInterceptors are added to the dispatch-boundary chain of
+	// every operator and environment call, after the audit and budget
+	// interceptors and before the remote Middleware: policies and
+	// observers of an embedding program (the binary has none).
+	DispatchInterceptors []grpc.UnaryClientInterceptor
+
+	// Engine is what every workflow runs with: MaxDepth
+	// (--max-delegation-depth, default orchestrator.DefaultMaxDepth),
+	// MaxSteps (--max-steps), Workers (--workers, DispatchMany's default
+	// concurrency), WarnFraction (--budget-warn-fraction, in (0, 1]),
+	// CallTimeout (--call-timeout), and, for embedding programs only, the
+	// budget Policy and the Handlers of custom effects. Zero fields take
+	// the defaults of orchestrator.Options; Engine.Log defaults to Log.
+	Engine orchestrator.Options
+	// Backend is where workflows are kept: BackendBolt (the default) or
+	// BackendTemporal (--backend).
+	Backend string
+	// DataDir holds the bolt backend's journal, journal.db (--data-dir,
+	// default DefaultDataDir; created if missing).
+	DataDir string
+	// LockTimeout is how long the bolt backend waits for another process
+	// to release journal.db (--lock-timeout, default
+	// journal.DefaultLockTimeout).
+	LockTimeout time.Duration
+	// Temporal configures the temporal backend.
+	Temporal Temporal
+
+	// EventsBuffer is how many lifecycle events are kept for subscribers
+	// that reconnect with after_sequence (--events-buffer, default
+	// DefaultEventsBuffer).
+	EventsBuffer int
+	// SubscriberBuffer is how many events are buffered per subscriber; a
+	// slower subscriber misses events instead of slowing dispatch
+	// (--subscriber-buffer, default DefaultSubscriberBuffer).
+	SubscriberBuffer int
+	// EventLogPoll is how often a subscriber of a workflow's event log
+	// looks for events another replica recorded (--event-log-poll,
+	// default DefaultEventLogPoll).
+	EventLogPoll time.Duration
+}
+
+// Temporal is how the temporal backend reaches its cluster.
+type Temporal struct {
+	// Address is the frontend's host:port (--temporal-address, required
+	// with BackendTemporal).
+	Address string
+	// Namespace of the workflows (--temporal-namespace, default
+	// DefaultTemporalNS).
+	Namespace string
+	// TaskQueue the workers poll; every orchestrator of one deployment
+	// uses the same (--temporal-task-queue, default
+	// temporal.DefaultTaskQueue).
+	TaskQueue string
+	// HeartbeatTimeout is how soon an operator call whose worker died is
+	// made again by another worker (--temporal-heartbeat-timeout, default
+	// temporal.DefaultHeartbeatTimeout).
+	HeartbeatTimeout time.Duration
+	// TLS verifies the frontend and authenticates to it: CAFile (empty:
+	// the system roots), CertFile and KeyFile (mTLS), ServerName,
+	// Plaintext (--temporal-ca, --temporal-cert, --temporal-key,
+	// --temporal-server-name, --temporal-plaintext). No TLS when Dev or
+	// Server.Dev is set; its Target is unused (Address is).
+	TLS grpcclient.Config
+	// APIKeyFile holds a Temporal API key, Temporal Cloud
+	// (--temporal-api-key-file).
+	APIKeyFile string
+}
+
+// withDefaults fills zero fields with the defaults and checks values; an
+// error names the flag to fix.
+func (c Config) withDefaults() (Config, error) {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Agents == "" {
+		return c, errors.New("--agents is required: a YAML file naming each agent's operator or environment address (see services/orchestrator/testdata/agents.yaml)")
+	}
+	if c.State.Target == "" {
+		return c, errors.New("--state-addr is required: memory effects are applied through the State service")
+	}
+	switch c.Backend {
+	case "":
+		c.Backend = BackendBolt
+	case BackendBolt:
+	case BackendTemporal:
+		if c.Temporal.Address == "" {
+			return c, errors.New("--backend temporal needs --temporal-address, the Temporal frontend's host:port (e.g. 127.0.0.1:7233)")
+		}
+	default:
+		return c, fmt.Errorf("--backend %q: want bolt or temporal", c.Backend)
+	}
+	if f := c.Engine.WarnFraction; f.IsNegative() || f.GreaterThan(decimal.NewFromInt(1)) {
+		return c, fmt.Errorf("--budget-warn-fraction %q: want a number in (0, 1], e.g. 0.8", f.String())
+	}
+	for _, p := range []*grpcclient.Config{&c.State, &c.Operator, &c.Environment, &c.Middleware.Client} {
+		p.Dev = p.Dev || c.Server.Dev
+		p.Plaintext = p.Plaintext || c.Server.Plaintext
+	}
+	c.Temporal.TLS.Dev = c.Temporal.TLS.Dev || c.Server.Dev
+	if c.Engine.Log == nil {
+		c.Engine.Log = c.Log
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.EventsBuffer <= 0 {
+		c.EventsBuffer = DefaultEventsBuffer
+	}
+	if c.SubscriberBuffer <= 0 {
+		c.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if c.EventLogPoll <= 0 {
+		c.EventLogPoll = DefaultEventLogPoll
+	}
+	if c.Temporal.Namespace == "" {
+		c.Temporal.Namespace = DefaultTemporalNS
+	}
+	return c, nil
+}
+
+// Run serves the orchestrator until ctx ends, then stops gracefully and
+// returns nil: workflows pause first (they stay RUNNING in the journal
+// and resume at the next start; under Temporal another worker takes
+// them), so Dispatch callers get UNAVAILABLE instead of holding the stop
+// open; then health turns NOT_SERVING and in-flight calls get
+// Server.ShutdownTimeout. A bad Config or a failed start-up (the registry,
+// the journal, resuming its unfinished workflows, the Temporal dial or
+// worker) is an error naming the setting, and its flag, before anything
+// is served.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Listener != nil {
+		defer cfg.Listener.Close()
+	}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	log := cfg.Log
+
+	reg, err := orchestrator.LoadRegistry(cfg.Agents)
+	if err != nil {
+		return err
+	}
+	srv, err := grpcserver.New(cfg.Server, log)
+	if err != nil {
+		return err
+	}
+	chain := []grpc.UnaryClientInterceptor{orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor()}
+	chain = append(chain, cfg.DispatchInterceptors...)
+	m, closeMW, err := remote.Dial(ctx, cfg.Middleware, log)
+	if err != nil {
+		return err
+	}
+	defer closeMW()
+	if m != nil {
+		chain = append(chain, m.DispatchClientInterceptor())
+		log.Info("dispatch middleware", "name", m.Name(), "addr", cfg.Middleware.Client.Target, "fail_open", cfg.Middleware.FailOpen)
+	}
+	caller := orchestrator.NewGRPCCaller(cfg.Operator, cfg.Environment, chain...)
+	defer caller.Close()
+
+	stateConn, err := grpcclient.Dial(cfg.State)
+	if err != nil {
+		return fmt.Errorf("--state-addr: %w", err)
+	}
+	defer stateConn.Close()
+
+	deps := orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn)}
+	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer}
+	var (
+		engine     orchestrator.Engine
+		stopEngine func()
+		bus        *lifecycle.Bus
+	)
+	if cfg.Backend == BackendTemporal {
+		tc, err := dialTemporal(ctx, cfg.Temporal, log)
+		if err != nil {
+			return err
+		}
+		defer tc.Close()
+		busOpts.StartSequence = uint64(time.Now().UnixMilli()) * 1_000_000
+		bus = lifecycle.NewBus(busOpts)
+		deps.Bus = bus
+		t := temporal.New(tc, deps, temporal.Options{TaskQueue: cfg.Temporal.TaskQueue, HeartbeatTimeout: cfg.Temporal.HeartbeatTimeout, Engine: cfg.Engine})
+		if err := t.StartWorker(); err != nil {
+			bus.Close()
+			return err
+		}
+		engine, stopEngine = t, t.Stop
+		log.Info("temporal", "address", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace,
+			"task_queue", taskQueue(cfg.Temporal.TaskQueue), "agents", len(reg.Agents()))
+	} else {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		path := filepath.Join(cfg.DataDir, "journal.db")
+		j, err := journal.Open(path, cfg.LockTimeout)
+		if err != nil {
+			return err
+		}
+		defer j.Close()
+		log.Info("journal", "file", path, "agents", len(reg.Agents()))
+		// Each start begins at the next billion: sequences keep
+		// increasing across restarts.
+		busOpts.StartSequence = j.Epoch() * 1_000_000_000
+		bus = lifecycle.NewBus(busOpts)
+		deps.Bus = bus
+		eng := journal.New(j, deps, cfg.Engine)
+		n, err := eng.Resume()
+		if err != nil {
+			eng.Close()
+			bus.Close()
+			return fmt.Errorf("resume workflows from %s: %w", path, err)
+		}
+		if n > 0 {
+			log.Info("resumed unfinished workflows", "count", n)
+		}
+		engine, stopEngine = eng, eng.Close
+	}
+	defer bus.Close()
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(engine, cfg.Engine.Workers))
+	lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx),
+		lifecycle.WithWorkflowLog(engine, cfg.EventLogPoll)))
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = srv.Listen(); err != nil {
+			stopEngine()
+			return err
+		}
+	}
+	// On shutdown, workflows pause first (they stay RUNNING in the journal
+	// and resume at the next start; under Temporal, another worker takes
+	// them), so Dispatch callers get UNAVAILABLE instead of holding the
+	// graceful stop open.
+	paused := make(chan struct{})
+	served, stopped := context.WithCancel(ctx)
+	go func() {
+		<-served.Done()
+		stopEngine()
+		close(paused)
+	}()
+	err = srv.Serve(ctx, lis)
+	stopped()
+	<-paused
+	return err
+}
+
+// taskQueue is the task queue the temporal engine uses for q.
+func taskQueue(q string) string {
+	if q == "" {
+		return temporal.DefaultTaskQueue
+	}
+	return q
+}
+
+// dialTemporal connects to the Temporal frontend within 30 seconds: TLS
+// unless Dev or Plaintext, an API key when one is given.
+func dialTemporal(ctx context.Context, c Temporal, log *slog.Logger) (client.Client, error) {
+	opts := client.Options{HostPort: c.Address, Namespace: c.Namespace, Logger: tlog.NewStructuredLogger(log)}
+	if !c.TLS.Dev && !c.TLS.Plaintext {
+		tc, err := grpcclient.TLSConfig(c.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("--temporal-ca/--temporal-cert/--temporal-key: %w", err)
+		}
+		opts.ConnectionOptions.TLS = tc
+	}
+	if c.APIKeyFile != "" {
+		b, err := os.ReadFile(c.APIKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--temporal-api-key-file: %w", err)
+		}
+		key := strings.TrimSpace(string(b))
+		if key == "" {
+			return nil, fmt.Errorf("--temporal-api-key-file %s is empty", c.APIKeyFile)
+		}
+		opts.Credentials = client.NewAPIKeyStaticCredentials(key)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tc, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--temporal-address %s (namespace %q): %w", c.Address, c.Namespace, err)
+	}
+	return tc, nil
+}
