@@ -3,25 +3,49 @@ package errs
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 )
 
 // Domain is the google.rpc.ErrorInfo domain of every reason we send.
 const Domain = "layer0.neuron.dev"
 
-// Reasons a caller acts on, sent as google.rpc.ErrorInfo.reason.
-const (
-	ReasonRetryable     = "OPERATOR_RETRYABLE"
-	ReasonNonRetryable  = "OPERATOR_NON_RETRYABLE"
-	ReasonStaleRevision = "STALE_REVISION"
-	ReasonLimitExceeded = "LIMIT_EXCEEDED"
+// Reasons a caller acts on, sent as google.rpc.ErrorInfo.reason. They
+// are the contract's layer0.types.v1.ErrorReason values (see
+// ReasonName), so every language's generated code has them.
+var (
+	ReasonRetryable     = ReasonName(typesv1.ErrorReason_ERROR_REASON_OPERATOR_RETRYABLE)
+	ReasonNonRetryable  = ReasonName(typesv1.ErrorReason_ERROR_REASON_OPERATOR_NON_RETRYABLE)
+	ReasonStaleRevision = ReasonName(typesv1.ErrorReason_ERROR_REASON_STALE_REVISION)
+	ReasonLimitExceeded = ReasonName(typesv1.ErrorReason_ERROR_REASON_LIMIT_EXCEEDED)
 	// ReasonBudgetExhausted: a workflow's budget is spent; more money, not
 	// a retry, is the fix.
-	ReasonBudgetExhausted = "BUDGET_EXHAUSTED"
+	ReasonBudgetExhausted = ReasonName(typesv1.ErrorReason_ERROR_REASON_BUDGET_EXHAUSTED)
 )
+
+// reasonPrefix is what an ErrorReason's name has that the wire reason
+// does not.
+const reasonPrefix = "ERROR_REASON_"
+
+// ReasonName is the wire reason of r: its name without the ERROR_REASON_
+// prefix ("" for UNSPECIFIED).
+func ReasonName(r typesv1.ErrorReason) string {
+	if r == typesv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return ""
+	}
+	return strings.TrimPrefix(r.String(), reasonPrefix)
+}
+
+// ReasonOf is the ErrorReason a wire reason names; UNSPECIFIED for one
+// the contract does not define.
+func ReasonOf(reason string) typesv1.ErrorReason {
+	return typesv1.ErrorReason(typesv1.ErrorReason_value[reasonPrefix+reason])
+}
 
 // Kind is a class of error with exactly one gRPC code and, where a caller
 // must act on it, an ErrorInfo reason. Kinds are compared with errors.Is.

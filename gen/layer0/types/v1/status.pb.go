@@ -30,7 +30,8 @@ type Status struct {
 	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	// A message a person can act on. Never internal details.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	// The ErrorInfo reason, such as "OPERATOR_RETRYABLE"; empty when none.
+	// The ErrorInfo reason, such as "OPERATOR_RETRYABLE" (an ErrorReason's
+	// name without its ERROR_REASON_ prefix); empty when none.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Extra machine-readable facts about the failure.
 	Metadata      map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
