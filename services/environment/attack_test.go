@@ -102,10 +102,10 @@ func TestAttackNetwork(t *testing.T) {
 		}
 	}()
 	port := l.Addr().(*net.TCPAddr).Port
-	e := startEnv(t, envOptions{egress: environment.EgressOptions{Resolver: fakeResolver{
+	e := startEnv(t, envOptions{egressResolver: fakeResolver{
 		"metadata.test": {netip.MustParseAddr("169.254.169.254")},
 		"local.test":    {netip.MustParseAddr("127.0.0.1")},
-	}}})
+	}})
 
 	// Default deny: no network at all, not even the host's loopback.
 	got, _ := e.bash(t, "echo hi > /dev/tcp/127.0.0.1/"+itoa(port)+" && echo CONNECTED", nil)

@@ -19,9 +19,9 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 )
 
 // The bridge attack tests attack an invocation's state bridge from inside
@@ -35,12 +35,12 @@ import (
 // sandbox, and the operator's tools in it, may run bridgeclient; it
 // returns the service and the shell command that runs bridgeclient
 // against the invocation's own bridge socket.
-func bridgeAttackEnv(t *testing.T, st statev1.StateServiceClient, maxConcurrent int) (*env, string) {
+func bridgeAttackEnv(t *testing.T, st stateService, maxConcurrent int) (*env, string) {
 	t.Helper()
 	requireSandbox(t)
 	helper := testenv.BuildStatic(t, "github.com/secbear/neuron/services/environment/testdata/bridgeclient")
 	e := startEnv(t, envOptions{
-		state:         st,
+		state:         st.addr,
 		readOnly:      []string{helper},
 		maxConcurrent: maxConcurrent,
 		operatorArgs:  []string{"--tools", "read,write,edit,bash", "--tool-timeout", "50s", "--tool-read-only", helper},

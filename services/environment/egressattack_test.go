@@ -105,8 +105,8 @@ func TestAttackEgressDNSExfiltration(t *testing.T) {
 	requireSandbox(t)
 	dns := &attackerDNS{m: map[string][]netip.Addr{"api.allowed.test": {netip.MustParseAddr("10.0.0.5")}}}
 	e := startEnv(t, envOptions{
-		secrets: environment.MapSecrets{"ci-token": egressToken, "vault": "vault-key-0123456789"},
-		egress:  environment.EgressOptions{Resolver: dns},
+		secrets:        environment.MapSecrets{"ci-token": egressToken, "vault": "vault-key-0123456789"},
+		egressResolver: dns,
 	})
 	vault := &environmentv1.CredentialRef{
 		Name: "vault",
@@ -228,7 +228,7 @@ func TestAttackEgressHostAddress(t *testing.T) {
 
 	// The administrator opened the network the host sits in: the host
 	// itself stays out of reach, by address and by name.
-	e := startEnv(t, envOptions{egress: environment.EgressOptions{Resolver: dns, AllowPrivate: []netip.Prefix{network}}})
+	e := startEnv(t, envOptions{egressResolver: dns, egressAllowPrivate: []netip.Prefix{network}})
 	for url, want := range map[string]string{
 		literal:                          own.String() + " is a local address of this host",
 		"http://self.test:" + port + "/": "self.test resolves to a local address of this host",
@@ -249,7 +249,7 @@ func TestAttackEgressHostAddress(t *testing.T) {
 	// Opening the single address is the administrator's deliberate
 	// choice, and it works (which also shows the refusals above are the
 	// proxy's, not a broken path).
-	e = startEnv(t, envOptions{egress: environment.EgressOptions{Resolver: dns, AllowPrivate: []netip.Prefix{netip.PrefixFrom(own, own.BitLen())}}})
+	e = startEnv(t, envOptions{egressResolver: dns, egressAllowPrivate: []netip.Prefix{netip.PrefixFrom(own, own.BitLen())}})
 	got, _ := e.bash(t, egressCurl("http://self.test:"+port+"/"), spec)
 	if !strings.Contains(got, "host service reached") {
 		t.Errorf("the single address opened by the administrator is unreachable: %q", got)
@@ -285,11 +285,9 @@ func TestAttackEgressLogsScrubbed(t *testing.T) {
 	requireSandbox(t)
 	port := brokenEcho(t)
 	e := startEnv(t, envOptions{
-		secrets: environment.MapSecrets{"ci-token": egressToken},
-		egress: environment.EgressOptions{
-			Resolver:     fakeResolver{"echo.test": {netip.MustParseAddr("127.0.0.1")}},
-			AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-		},
+		secrets:            environment.MapSecrets{"ci-token": egressToken},
+		egressResolver:     fakeResolver{"echo.test": {netip.MustParseAddr("127.0.0.1")}},
+		egressAllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 	})
 	spec := &environmentv1.EnvironmentSpec{
 		Network:     &environmentv1.NetworkPolicy{Rules: []*environmentv1.NetworkRule{egressRule("echo.test", true)}},

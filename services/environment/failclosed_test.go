@@ -2,6 +2,7 @@ package environment_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,7 +15,9 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/local"
 )
@@ -105,22 +108,23 @@ func TestLocalBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: "127.0.0.1:" + port, Dev: true, Plaintext: true, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	lb := local.New(operatorv1.NewOperatorServiceClient(conn))
-	e := startEnv(t, envOptions{extra: []environment.Backend{lb}})
-	// The process backend is the default here; a second server with the
-	// local one as its default is what `--backend local` configures.
-	es, err := environment.NewServer(environment.Config{Backends: []environment.Backend{lb}, Default: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = e
+	operator := grpcclient.Config{Target: "127.0.0.1:" + port, Dev: true, Plaintext: true, Timeout: time.Minute}
+	// What `--backend local --operator-addr 127.0.0.1:PORT` starts.
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return environment.Run(ctx, environment.Config{
+			Server:   grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:      harness.Logger(t),
+			Listener: lis,
+			Backend:  "local",
+			Operator: operator,
+		})
+	})
+	es := dialEnv(t, addr)
 	in := &operatorv1.OperatorInput{Message: textContent("hello local")}
-	var resp *environmentv1.RunResponse
+	var (
+		resp *environmentv1.RunResponse
+		err  error
+	)
 	for i := 0; i < 100; i++ { // the operator process may still be starting
 		resp, err = es.Run(ctx, &environmentv1.RunRequest{Input: in, Spec: &environmentv1.EnvironmentSpec{}})
 		if err == nil || !strings.Contains(err.Error(), "connect") {
@@ -134,6 +138,12 @@ func TestLocalBackend(t *testing.T) {
 	if resp.GetBackend() != "local" || !strings.Contains(text(resp), "You said: hello local") {
 		t.Errorf("response %v", resp)
 	}
+	conn, err := grpcclient.Dial(operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lb := local.New(operatorv1.NewOperatorServiceClient(conn))
 	for _, spec := range []*environmentv1.EnvironmentSpec{
 		boundary(&environmentv1.IsolationBoundary{Kind: &environmentv1.IsolationBoundary_Process{Process: &environmentv1.ProcessIsolation{}}}),
 		{Resources: &environmentv1.ResourceLimits{Memory: proto.String("1Gi")}},

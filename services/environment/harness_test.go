@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,16 +19,19 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/environment"
-	"github.com/secbear/neuron/services/environment/process"
+	"github.com/secbear/neuron/services/environment/egress"
+	// The backends the tests start register themselves with Run.
+	_ "github.com/secbear/neuron/services/environment/local"
+	_ "github.com/secbear/neuron/services/environment/process"
 )
 
 func TestMain(m *testing.M) {
@@ -63,32 +67,35 @@ type env struct {
 
 type envOptions struct {
 	operatorArgs []string
-	secrets      environment.MapSecrets
-	egress       environment.EgressOptions
-	defaults     *environment.Defaults
-	extra        []environment.Backend
-	container    string
-	state        statev1.StateServiceClient
-	// readOnly are extra paths the sandbox may read (process.Config.ReadOnly).
+	// secrets are written to the service's --secrets-dir, one file each.
+	secrets map[string]string
+	// egress are the administrator's egress settings.
+	egressStaticHosts  map[string]string
+	egressAllowPrivate []netip.Prefix
+	egressCAFile       string
+	egressResolver     egress.Resolver
+	defaults           *environment.Defaults
+	extra              []environment.Backend
+	container          string
+	// state is the address of a state service (Config.State).
+	state string
+	// readOnly are extra paths the sandbox may read (Config.ReadOnly).
 	readOnly []string
 	// maxConcurrent is Config.MaxConcurrent (0: the default).
 	maxConcurrent int
 }
 
 // startEnv serves an environment service with the process backend on a
-// real TCP port and returns a client.
+// real TCP port, started as the binary starts it (environment.Run), and
+// returns a client.
 func startEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	work := t.TempDir()
+	data := t.TempDir()
 	args := o.operatorArgs
 	if args == nil {
 		args = []string{"--tools", "read,write,edit,bash", "--tool-timeout", "20s"}
-	}
-	pb, err := process.New(process.Config{OperatorBinary: operatorBinary(t), OperatorArgs: args, WorkDir: work, ReadOnly: o.readOnly, Log: log})
-	if err != nil {
-		t.Fatal(err)
 	}
 	d := environment.DefaultDefaults()
 	d.Timeout = 60 * time.Second
@@ -97,42 +104,56 @@ func startEnv(t *testing.T, o envOptions) *env {
 		d = *o.defaults
 	}
 	cfg := environment.Config{
-		Backends:  append([]environment.Backend{pb}, o.extra...),
-		Default:   "process",
-		Process:   "process",
-		Container: o.container,
-		Secrets:   o.secrets,
-		Defaults:  d,
-		Egress:    environment.NewEgressFactory(o.egress),
-		State:     o.state,
-		Log:       log,
+		Server:             grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
+		Log:                log,
+		Backend:            "process",
+		ContainerBackend:   o.container,
+		ExtraBackends:      o.extra,
+		DataDir:            data,
+		OperatorBinary:     operatorBinary(t),
+		OperatorArgs:       args,
+		ReadOnly:           o.readOnly,
+		SecretsDir:         secretsDir(t, o.secrets),
+		Defaults:           d,
+		MaxConcurrent:      o.maxConcurrent,
+		EgressStaticHosts:  o.egressStaticHosts,
+		EgressAllowPrivate: o.egressAllowPrivate,
+		EgressCAFile:       o.egressCAFile,
+		EgressResolver:     o.egressResolver,
 	}
-	cfg.MaxConcurrent = o.maxConcurrent
-	if cfg.Secrets == nil {
-		cfg.Secrets = environment.MapSecrets{}
+	if o.state != "" {
+		cfg.State = grpcclient.Config{Target: o.state, Dev: true}
 	}
-	es, err := environment.NewServer(cfg)
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		cfg.Listener = lis
+		return environment.Run(ctx, cfg)
+	})
+	return &env{client: dialEnv(t, addr), logs: logs, workDir: filepath.Join(data, "work")}
+}
+
+// dialEnv connects to an environment service as its callers do: no
+// retries (a test sees the first answer), generous deadlines.
+func dialEnv(t *testing.T, addr string) environmentv1.EnvironmentServiceClient {
+	t.Helper()
+	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, Plaintext: true, MaxRetries: -1, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := grpcserver.New(grpcserver.Config{Name: "environment", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { conn.Close() })
+	return environmentv1.NewEnvironmentServiceClient(conn)
+}
+
+// secretsDir writes secrets into a directory, one file per name (the
+// layout of a mounted Kubernetes Secret), for Config.SecretsDir.
+func secretsDir(t *testing.T, secrets map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, v := range secrets {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	environmentv1.RegisterEnvironmentServiceServer(srv, es)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, lis) }()
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: lis.Addr().String(), Dev: true, Plaintext: true, MaxRetries: -1, Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return &env{client: environmentv1.NewEnvironmentServiceClient(conn), logs: logs, workDir: work}
+	return dir
 }
 
 // run calls Run with a text message.

@@ -19,11 +19,11 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/environment"
-	"github.com/secbear/neuron/services/environment/local"
 )
 
 // countingOperator is an operator service that counts its calls and
@@ -58,8 +58,9 @@ func (o *countingOperator) ExecuteStream(*operatorv1.ExecuteStreamRequest, grpc.
 
 // startLocalEnv serves op on a real TCP port, and an environment service
 // whose only backend is the local one, forwarding to op, as `--backend
-// local` configures it (with an egress factory and the credentials the
-// specs name, so that only the backend can refuse them).
+// local --operator-addr ADDR --secrets-dir DIR` starts it (with the
+// egress proxies and the credentials the specs name, so that only the
+// backend can refuse them).
 func startLocalEnv(t *testing.T, op *countingOperator) *env {
 	t.Helper()
 	opLis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,42 +71,21 @@ func startLocalEnv(t *testing.T, op *countingOperator) *env {
 	operatorv1.RegisterOperatorServiceServer(opSrv, op)
 	go func() { _ = opSrv.Serve(opLis) }()
 	t.Cleanup(opSrv.Stop)
-	opConn, err := grpcclient.Dial(grpcclient.Config{Target: opLis.Addr().String(), Dev: true, Plaintext: true, MaxRetries: -1, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { opConn.Close() })
 
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	es, err := environment.NewServer(environment.Config{
-		Backends: []environment.Backend{local.New(operatorv1.NewOperatorServiceClient(opConn))},
-		Default:  "local",
-		Secrets:  environment.MapSecrets{"ci-token": "tok-local-1234567890", "anthropic": sidecarKey},
-		Egress:   environment.NewEgressFactory(environment.EgressOptions{}),
-		Log:      log,
+	secrets := secretsDir(t, map[string]string{"ci-token": "tok-local-1234567890", "anthropic": sidecarKey})
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return environment.Run(ctx, environment.Config{
+			Server:     grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:        log,
+			Listener:   lis,
+			Backend:    "local",
+			Operator:   grpcclient.Config{Target: opLis.Addr().String(), Dev: true, Plaintext: true, MaxRetries: -1, Timeout: time.Minute},
+			SecretsDir: secrets,
+		})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := grpcserver.New(grpcserver.Config{Name: "environment", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	environmentv1.RegisterEnvironmentServiceServer(srv, es)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, lis) }()
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: lis.Addr().String(), Dev: true, Plaintext: true, MaxRetries: -1, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return &env{client: environmentv1.NewEnvironmentServiceClient(conn), logs: logs}
+	return &env{client: dialEnv(t, addr), logs: logs}
 }
 
 func isolation(b ...*environmentv1.IsolationBoundary) []*environmentv1.IsolationBoundary { return b }
@@ -357,7 +337,7 @@ func TestFailClosedWithoutEgressProxy(t *testing.T) {
 	}
 
 	b := &acceptAll{}
-	s, err := environment.NewServer(environment.Config{Backends: []environment.Backend{b}, Default: b.Name(), Secrets: secrets})
+	s, err := environment.NewServer(environment.ServerConfig{Backends: []environment.Backend{b}, Default: b.Name(), Secrets: secrets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +365,7 @@ func TestFailClosedWithoutEgressProxy(t *testing.T) {
 	// With an egress proxy configured, the same specs run.
 	var started atomic.Int32
 	b2 := &acceptAll{startEgress: true}
-	s2, err := environment.NewServer(environment.Config{
+	s2, err := environment.NewServer(environment.ServerConfig{
 		Backends: []environment.Backend{b2}, Default: b2.Name(), Secrets: secrets,
 		Egress: func(string, environment.NetworkPolicy, []environment.Credential, *slog.Logger) (func(), error) {
 			started.Add(1)

@@ -21,8 +21,10 @@ import (
 	"github.com/secbear/neuron/services/environment/scrub"
 )
 
-// Config configures a Server.
-type Config struct {
+// ServerConfig configures a Server: the EnvironmentService itself, with
+// its backends already built. Run builds one from a Config; tests and
+// embedders that bring their own backends may call NewServer directly.
+type ServerConfig struct {
 	// Backends are the configured backends; names must be unique.
 	Backends []Backend
 	// Default names the backend for specs that ask for no particular
@@ -54,7 +56,8 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// DefaultMaxConcurrent is Config.MaxConcurrent when unset.
+// DefaultMaxConcurrent is ServerConfig.MaxConcurrent (and
+// Config.MaxConcurrent) when unset.
 const DefaultMaxConcurrent = 64
 
 // EgressFactory starts an egress proxy for one invocation on a Unix socket
@@ -69,7 +72,7 @@ const runGrace = 30 * time.Second
 // Server implements EnvironmentService.
 type Server struct {
 	environmentv1.UnimplementedEnvironmentServiceServer
-	cfg      Config
+	cfg      ServerConfig
 	backends map[string]Backend
 	// running holds one token per invocation in progress; its capacity
 	// is cfg.MaxConcurrent.
@@ -77,7 +80,7 @@ type Server struct {
 }
 
 // NewServer checks cfg and returns the server.
-func NewServer(cfg Config) (*Server, error) {
+func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, backends: map[string]Backend{}}
 	for _, b := range cfg.Backends {
 		if _, dup := s.backends[b.Name()]; dup {

@@ -8,10 +8,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -77,17 +80,17 @@ const sidecarKey = "sk-ant-api03-REALKEY0123456789abcdefghijklmnopqrstuv"
 func TestAttackSidecarKeyInvisible(t *testing.T) {
 	requireSandbox(t)
 	up := &anthropicUpstream{}
-	cert, roots := selfSigned(t, "api.anthropic.com")
+	cert, caFile := selfSigned(t, "api.anthropic.com")
 	srv := httptest.NewUnstartedServer(up)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.StartTLS()
 	defer srv.Close()
 	e := startEnv(t, envOptions{
 		secrets: environment.MapSecrets{"anthropic": sidecarKey},
-		egress: environment.EgressOptions{
-			StaticHosts: map[string]string{"api.anthropic.com": strings.TrimPrefix(srv.URL, "https://")},
-			TLS:         &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		},
+		// As --egress-static-hosts api.anthropic.com=ADDR and
+		// --egress-ca-file FILE configure it.
+		egressStaticHosts: map[string]string{"api.anthropic.com": strings.TrimPrefix(srv.URL, "https://")},
+		egressCAFile:      caFile,
 	})
 	spec := &environmentv1.EnvironmentSpec{Credentials: []*environmentv1.CredentialRef{{
 		Name: "anthropic",
@@ -133,8 +136,9 @@ func TestAttackSidecarKeyInvisible(t *testing.T) {
 	}
 }
 
-// selfSigned makes a certificate for host and a pool trusting it.
-func selfSigned(t *testing.T, host string) (tls.Certificate, *x509.CertPool) {
+// selfSigned makes a certificate for host and a PEM file of it, for
+// --egress-ca-file.
+func selfSigned(t *testing.T, host string) (tls.Certificate, string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -157,7 +161,9 @@ func selfSigned(t *testing.T, host string) (tls.Certificate, *x509.CertPool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, caFile
 }

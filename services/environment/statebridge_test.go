@@ -29,8 +29,15 @@ import (
 	"github.com/secbear/neuron/services/state"
 )
 
+// stateService is a state service under test: a client of it, and its
+// address.
+type stateService struct {
+	statev1.StateServiceClient
+	addr string
+}
+
 // startState serves an in-memory StateService on loopback.
-func startState(t *testing.T) statev1.StateServiceClient {
+func startState(t *testing.T) stateService {
 	t.Helper()
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(errmap.UnaryServerInterceptor()))
 	statev1.RegisterStateServiceServer(srv, state.NewServer(state.NewMemory()))
@@ -45,7 +52,7 @@ func startState(t *testing.T) statev1.StateServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return statev1.NewStateServiceClient(conn)
+	return stateService{StateServiceClient: statev1.NewStateServiceClient(conn), addr: l.Addr().String()}
 }
 
 // With a state service configured, an invocation that names a session
@@ -59,7 +66,7 @@ func TestStateBridge(t *testing.T) {
 	if _, err := st.Write(ctx, &statev1.WriteRequest{Scope: scope.Session("s1"), Key: "notes/x", Value: structpb.NewStringValue("visible")}); err != nil {
 		t.Fatal(err)
 	}
-	e := startEnv(t, envOptions{state: st})
+	e := startEnv(t, envOptions{state: st.addr})
 	resp, err := e.client.Run(ctx, &environmentv1.RunRequest{
 		Input: &operatorv1.OperatorInput{Message: textContent("hello again"), SessionId: proto.String("s1")},
 		Spec:  &environmentv1.EnvironmentSpec{},

@@ -20,15 +20,17 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/internal/benchkit"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/sandbox"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/docker"
-	"github.com/secbear/neuron/services/environment/local"
-	"github.com/secbear/neuron/services/environment/process"
+	// The backends the benchmarks start register themselves with Run.
+	_ "github.com/secbear/neuron/services/environment/local"
+	_ "github.com/secbear/neuron/services/environment/process"
 )
 
 func TestMain(m *testing.M) {
@@ -83,38 +85,23 @@ func BenchmarkForkExec(b *testing.B) {
 	b.ReportMetric(float64(peak)/1024, "peak-rss-MB")
 }
 
-// serve runs an environment server over gRPC and returns a client.
-func serve(b *testing.B, backends []environment.Backend, def string) environmentv1.EnvironmentServiceClient {
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	cfg := environment.Config{Backends: backends, Default: def, Defaults: environment.DefaultDefaults(), Log: log,
-		Egress: environment.NewEgressFactory(environment.EgressOptions{})}
-	switch def {
-	case "process":
-		cfg.Process = "process"
-	case "docker":
-		cfg.Container = "docker"
-	}
-	es, err := environment.NewServer(cfg)
+// serve runs the environment service as its binary does (environment.Run:
+// the production interceptor chain, egress proxies and defaults), with
+// cfg's backend settings, and returns a client.
+func serve(b *testing.B, cfg environment.Config) environmentv1.EnvironmentServiceClient {
+	cfg.Server = grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second}
+	cfg.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	cfg.DataDir = b.TempDir()
+	cfg.OperatorArgs = operatorArgs
+	addr := harness.Serve(b, func(ctx context.Context, lis net.Listener) error {
+		cfg.Listener = lis
+		return environment.Run(ctx, cfg)
+	})
+	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, Plaintext: true, Timeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := grpcserver.New(grpcserver.Config{Name: "environment", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	environmentv1.RegisterEnvironmentServiceServer(srv, es)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, lis) }()
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: lis.Addr().String(), Dev: true, Plaintext: true, Timeout: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close(); cancel(); <-done })
+	b.Cleanup(func() { conn.Close() })
 	return environmentv1.NewEnvironmentServiceClient(conn)
 }
 
@@ -136,11 +123,7 @@ func BenchmarkProcess(b *testing.B) {
 	if err := sandbox.CgroupSupported(); err != nil {
 		b.Skipf("no cgroup: %v", err)
 	}
-	pb, err := process.New(process.Config{OperatorBinary: operator(b), OperatorArgs: operatorArgs, WorkDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	client := serve(b, []environment.Backend{pb}, "process")
+	client := serve(b, environment.Config{Backend: "process", OperatorBinary: operator(b)})
 	var peak uint64
 	res := benchkit.Concurrent(b, 1, func(_, _ int) error { return run(client, &peak) })
 	res.Report(b, "runs/s")
@@ -160,12 +143,7 @@ func BenchmarkLocal(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cancel(); _ = cmd.Wait() })
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, Plaintext: true, Timeout: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	client := serve(b, []environment.Backend{local.New(operatorv1.NewOperatorServiceClient(conn))}, "local")
+	client := serve(b, environment.Config{Backend: "local", Operator: grpcclient.Config{Target: addr, Dev: true, Plaintext: true, Timeout: time.Minute}})
 	for i := 0; ; i++ { // wait until the operator serves
 		if err := run(client, nil); err == nil {
 			break
@@ -192,12 +170,7 @@ func BenchmarkDocker(b *testing.B) {
 	if err := docker.BuildImage(ctx, cli, "../../operator/Dockerfile", operator(b), "/etc/ssl/certs/ca-certificates.crt", image); err != nil {
 		b.Fatal(err)
 	}
-	db, err := docker.New(docker.Config{Host: eng.Host, DefaultImage: image, OperatorArgs: operatorArgs, WorkDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	srv := serve(b, []environment.Backend{db}, "docker")
+	srv := serve(b, environment.Config{Backend: "docker", DockerHost: eng.Host, DefaultImage: image})
 	spec := &environmentv1.EnvironmentSpec{Isolation: []*environmentv1.IsolationBoundary{{
 		Kind: &environmentv1.IsolationBoundary_Container{Container: &environmentv1.ContainerIsolation{}}}}}
 	b.ResetTimer()

@@ -8,13 +8,14 @@
 //     the OperatorOutput; it also reports the operator's peak RSS
 //     (getrusage of the child, in MB).
 //   - BenchmarkProcess is a gRPC client calling EnvironmentService.Run on
-//     a server wired as cmd/environment wires it (grpcserver in dev mode,
-//     the standard chain, JSON logs to io.Discard) with the process
+//     the service started as cmd/environment starts it (environment.Run
+//     through internal/harness: grpcserver in dev mode, the standard
+//     chain, the egress proxies, JSON logs to io.Discard) with the process
 //     backend: a sandbox trampoline, Landlock, five namespaces, a cgroup,
 //     the operator, then the cgroup and work directory torn down. It
 //     reports the invocation's peak memory from its cgroup.
 //   - BenchmarkDocker calls Run with the docker backend on a private
-//     Docker engine (pkg/testenv; skipped when none can start) and a FROM
+//     Docker engine (internal/testenv; skipped when none can start) and a FROM
 //     scratch image of the same operator binary built through the
 //     engine: create, attach, start, wait, remove.
 //   - BenchmarkLocal calls Run with the local backend, forwarding to an

@@ -23,9 +23,9 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/docker/internal/probe/report"
 )
@@ -433,7 +433,7 @@ func TestAttackEngine(t *testing.T) {
 		var created atomic.Int32
 		b.afterCreate = func(context.Context, string) { created.Add(1) }
 		t.Cleanup(func() { b.afterCreate = nil })
-		srv, err := environment.NewServer(environment.Config{
+		srv, err := environment.NewServer(environment.ServerConfig{
 			Backends: []environment.Backend{b}, Default: backendName, Container: backendName,
 			Secrets: environment.MapSecrets{"key": "v", "a": "v", "b": "v"},
 			Egress: func(string, environment.NetworkPolicy, []environment.Credential, *slog.Logger) (func(), error) {

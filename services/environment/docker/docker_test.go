@@ -31,9 +31,9 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/environment"
 )
 

@@ -161,6 +161,15 @@ func New(cfg Config) (*Backend, error) {
 // Name implements environment.Backend.
 func (b *Backend) Name() string { return "process" }
 
+// Close releases the work directory, so that another backend (a service
+// started again in this process, say) may own it. Call it once no
+// invocation runs.
+func (b *Backend) Close() {
+	if b.lock != nil {
+		_ = b.lock.Close()
+	}
+}
+
 // Check implements environment.Backend.
 func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 	if err := environment.Unsupported(b.Name(), spec, environment.KindProcess, environment.KindNetworkPolicy); err != nil {

@@ -70,7 +70,7 @@ func hostSpecs() map[string]*environmentv1.EnvironmentSpec {
 func refuses(t *testing.T, says ...string) {
 	t.Helper()
 	b, work := newBackend(t)
-	s, err := environment.NewServer(environment.Config{Backends: []environment.Backend{b}, Default: "process", Process: "process"})
+	s, err := environment.NewServer(environment.ServerConfig{Backends: []environment.Backend{b}, Default: "process", Process: "process"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,40 +8,30 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
-	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
-	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/flagenv"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/environment"
-	"github.com/secbear/neuron/services/environment/docker"
-	"github.com/secbear/neuron/services/environment/kubernetes"
-	"github.com/secbear/neuron/services/environment/local"
-	"github.com/secbear/neuron/services/environment/process"
+	// The backends register themselves with environment.Run.
+	_ "github.com/secbear/neuron/services/environment/docker"
+	_ "github.com/secbear/neuron/services/environment/kubernetes"
+	_ "github.com/secbear/neuron/services/environment/local"
+	_ "github.com/secbear/neuron/services/environment/process"
 )
 
 const envPrefix = "NEURON_ENVIRONMENT"
@@ -107,7 +97,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.operator.BindFlags(fs, "operator")
 	f.state.BindFlags(fs, "state")
 	d := environment.DefaultDefaults()
-	fs.StringVar(&f.dataDir, "data-dir", ".data/environment", "directory for per-invocation work directories (removed after each run)")
+	fs.StringVar(&f.dataDir, "data-dir", environment.DefaultDataDir, "directory for per-invocation work directories (removed after each run)")
 	fs.StringVar(&f.backend, "backend", "process", "backend for specs that ask for no particular boundary: process, local (forwards to --operator-addr, no isolation), docker or kubernetes")
 	fs.StringVar(&f.container, "container-backend", "", "backend for specs with a container (or gvisor) boundary: docker or kubernetes (default: --backend when it is one of them; else container specs are refused)")
 	fs.StringVar(&f.operatorBinary, "operator-binary", "", "operator binary the process backend runs (default: ./operator beside this binary, else operator on $PATH)")
@@ -139,14 +129,14 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	// Zero is Run's default for embedders; on the command line it is a
+	// mistake.
 	if f.maxConcurrent <= 0 {
 		return nil, fmt.Errorf("--max-concurrent %d: want a positive number of invocations", f.maxConcurrent)
 	}
+	// The service's clients follow --dev and --plaintext.
 	f.operator.Dev, f.operator.Plaintext = f.srv.Dev, f.srv.Plaintext
 	f.state.Dev, f.state.Plaintext = f.srv.Dev, f.srv.Plaintext
-	if f.container == "" && (f.backend == "docker" || f.backend == "kubernetes") {
-		f.container = f.backend
-	}
 	return f, nil
 }
 
@@ -159,68 +149,70 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := grpcserver.New(f.srv, log)
+	cfg, err := f.config()
 	if err != nil {
 		return err
 	}
-	defaults, err := f.defaults()
-	if err != nil {
-		return err
-	}
-	egress, err := f.egress()
-	if err != nil {
-		return err
-	}
-	backends, closeAll, err := f.backends(log)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	cfg := environment.Config{
-		Backends:  backends,
-		Default:   f.backend,
-		Container: f.container,
-		Secrets:   environment.DirSecrets{Dir: f.secretsDir},
-		Defaults:  defaults,
-		Egress:    egress,
-		Log:       log,
-	}
-	cfg.MaxConcurrent = f.maxConcurrent
-	if f.state.Target != "" {
-		conn, err := grpcclient.Dial(f.state)
-		if err != nil {
-			return fmt.Errorf("--state-addr: %w", err)
-		}
-		defer conn.Close()
-		cfg.State = statev1.NewStateServiceClient(conn)
-		log.Info("invocations read session history through a read-only state bridge", "state", f.state.Target)
-	} else {
-		log.Warn("no --state-addr: invocations that name a session will be refused by the operator")
-	}
-	for _, b := range backends {
-		if b.Name() == "process" {
-			cfg.Process = "process"
-		}
-	}
-	es, err := environment.NewServer(cfg)
-	if err != nil {
-		return err
-	}
-	environmentv1.RegisterEnvironmentServiceServer(srv, es)
-	lis, err := srv.Listen()
-	if err != nil {
-		return err
-	}
-	return srv.Serve(ctx, lis)
+	cfg.Log = log
+	return environment.Run(ctx, cfg)
 }
 
-// defaults reads the default limits.
+// config turns the flags into the service's Config; it checks their
+// syntax (quantities, lists), and Run their values.
+func (f *flags) config() (environment.Config, error) {
+	cfg := environment.Config{
+		Server:                f.srv,
+		Backend:               f.backend,
+		ContainerBackend:      f.container,
+		DataDir:               f.dataDir,
+		OperatorBinary:        f.operatorBinary,
+		OperatorArgs:          strings.Fields(f.operatorArgs),
+		ReadOnly:              splitList(f.readOnly),
+		SecretsDir:            f.secretsDir,
+		Operator:              f.operator,
+		State:                 f.state,
+		DefaultImage:          f.defaultImage,
+		DockerHost:            f.dockerHost,
+		GvisorRuntime:         f.gvisorRuntime,
+		Kubeconfig:            f.kubeconfig,
+		KubeNamespace:         f.kubeNamespace,
+		KubeCredentialSecrets: splitList(f.kubeSecrets),
+		MaxConcurrent:         f.maxConcurrent,
+		EgressCAFile:          f.egressCA,
+	}
+	var err error
+	if cfg.Defaults, err = f.defaults(); err != nil {
+		return cfg, err
+	}
+	disk, err := resource.ParseQuantity(f.defaultDisk)
+	if err != nil || disk.Sign() <= 0 || disk.Value() <= 0 {
+		return cfg, fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk)
+	}
+	cfg.DefaultDiskBytes = disk.Value()
+	for _, kv := range splitList(f.staticHosts) {
+		host, addr, ok := strings.Cut(kv, "=")
+		if !ok || host == "" || addr == "" {
+			return cfg, fmt.Errorf("--egress-static-hosts: %q is not host=ip:port", kv)
+		}
+		if cfg.EgressStaticHosts == nil {
+			cfg.EgressStaticHosts = map[string]string{}
+		}
+		cfg.EgressStaticHosts[host] = addr
+	}
+	for _, c := range splitList(f.allowPrivate) {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return cfg, fmt.Errorf("--egress-allow-private: %q is not a CIDR", c)
+		}
+		cfg.EgressAllowPrivate = append(cfg.EgressAllowPrivate, p)
+	}
+	return cfg, nil
+}
+
+// defaults reads the default limits; Run checks the timeouts.
 func (f *flags) defaults() (environment.Defaults, error) {
 	d := environment.DefaultDefaults()
 	d.Timeout, d.MaxTimeout = f.defaultTimeout, f.maxTimeout
-	if d.Timeout <= 0 || d.MaxTimeout < d.Timeout {
-		return d, fmt.Errorf("--default-timeout %v must be positive and at most --max-timeout %v", d.Timeout, d.MaxTimeout)
-	}
 	if f.defaultMemory != "" {
 		q, err := resource.ParseQuantity(f.defaultMemory)
 		if err != nil || q.Sign() <= 0 {
@@ -233,208 +225,6 @@ func (f *flags) defaults() (environment.Defaults, error) {
 	d.Limits.MaxProcesses = uint32(min(f.defaultProcs, 1<<31))
 	d.Limits.MaxOutputBytes = f.defaultOutput
 	return d, nil
-}
-
-// egress builds the egress proxy factory from the administrator's flags.
-func (f *flags) egress() (environment.EgressFactory, error) {
-	opts := environment.EgressOptions{StaticHosts: map[string]string{}}
-	for _, kv := range splitList(f.staticHosts) {
-		host, addr, ok := strings.Cut(kv, "=")
-		if !ok || host == "" || addr == "" {
-			return nil, fmt.Errorf("--egress-static-hosts: %q is not host=ip:port", kv)
-		}
-		opts.StaticHosts[strings.ToLower(host)] = addr
-	}
-	for _, c := range splitList(f.allowPrivate) {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("--egress-allow-private: %q is not a CIDR", c)
-		}
-		opts.AllowPrivate = append(opts.AllowPrivate, p)
-	}
-	if f.egressCA != "" {
-		pem, err := os.ReadFile(f.egressCA)
-		if err != nil {
-			return nil, fmt.Errorf("--egress-ca-file: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--egress-ca-file %s: no PEM certificate in it", f.egressCA)
-		}
-		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	return environment.NewEgressFactory(opts), nil
-}
-
-// backends constructs the configured backends by hand.
-func (f *flags) backends(log *slog.Logger) ([]environment.Backend, func(), error) {
-	var (
-		out     []environment.Backend
-		closers []func()
-	)
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	fail := func(err error) ([]environment.Backend, func(), error) {
-		closeAll()
-		return nil, func() {}, err
-	}
-	want := map[string]bool{f.backend: true}
-	if f.container != "" {
-		want[f.container] = true
-	}
-	for name := range want {
-		switch name {
-		case "process", "local", "docker", "kubernetes":
-		default:
-			return fail(fmt.Errorf("unknown backend %q: want process, local, docker or kubernetes", name))
-		}
-	}
-	if f.container == "process" || f.container == "local" {
-		return fail(fmt.Errorf("--container-backend %q: want docker or kubernetes", f.container))
-	}
-	opArgs := strings.Fields(f.operatorArgs)
-	disk, err := resource.ParseQuantity(f.defaultDisk)
-	if err != nil || disk.Sign() <= 0 || disk.Value() <= 0 {
-		return fail(fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk))
-	}
-	if want["process"] {
-		bin, err := operatorBinary(f.operatorBinary)
-		if err != nil {
-			return fail(err)
-		}
-		b, err := process.New(process.Config{
-			OperatorBinary: bin,
-			OperatorArgs:   opArgs,
-			WorkDir:        filepath.Join(f.dataDir, "work"),
-			ReadOnly:       splitList(f.readOnly),
-			DiskBytes:      disk.Value(),
-			Log:            log,
-		})
-		if err != nil {
-			return fail(err)
-		}
-		if err := sandbox.Supported(); err != nil {
-			log.Warn("the process backend will refuse every spec: this kernel cannot confine it", "reason", err.Error())
-		} else if err := sandbox.CgroupSupported(); err != nil {
-			log.Warn("the process backend will refuse every spec: no usable cgroup", "reason", err.Error())
-		}
-		log.Info("backend", "name", "process", "operator", bin, "work_dir", filepath.Join(f.dataDir, "work"))
-		out = append(out, b)
-	}
-	if want["local"] {
-		if f.operator.Target == "" {
-			return fail(errors.New("--backend local needs --operator-addr, the operator service to forward to"))
-		}
-		conn, err := grpcclient.Dial(f.operator)
-		if err != nil {
-			return fail(fmt.Errorf("--operator-addr: %w", err))
-		}
-		closers = append(closers, func() { conn.Close() })
-		log.Warn("LOCAL BACKEND: invocations run in the operator service without isolation; specs asking for any are refused", "operator", f.operator.Target)
-		out = append(out, local.New(operatorv1.NewOperatorServiceClient(conn)))
-	}
-	// The container backends' own defaults, for what neither a spec nor
-	// the service's defaults bound.
-	containerLimits := environment.Limits{DiskBytes: disk.Value()}
-	if want["docker"] {
-		b, err := docker.New(docker.Config{
-			Host:          f.dockerHost,
-			DefaultImage:  f.defaultImage,
-			OperatorArgs:  opArgs,
-			WorkDir:       filepath.Join(f.dataDir, "docker"),
-			Runtime:       f.gvisorRuntime,
-			DefaultLimits: containerLimits,
-			Log:           log,
-		})
-		if err != nil {
-			return fail(fmt.Errorf("docker backend: %w", err))
-		}
-		closers = append(closers, func() { _ = b.Close() })
-		out = append(out, b)
-	}
-	if want["kubernetes"] {
-		client, ns, err := kubeClient(f.kubeconfig, f.kubeNamespace)
-		if err != nil {
-			return fail(fmt.Errorf("kubernetes backend: %w", err))
-		}
-		b, err := kubernetes.New(kubernetes.Config{
-			Client:             client,
-			Namespace:          ns,
-			DefaultImage:       f.defaultImage,
-			OperatorArgs:       opArgs,
-			RuntimeClassGvisor: f.gvisorRuntime,
-			DefaultLimits:      containerLimits,
-			CredentialSecrets:  splitList(f.kubeSecrets),
-			Log:                log,
-		})
-		if err != nil {
-			return fail(fmt.Errorf("kubernetes backend: %w", err))
-		}
-		out = append(out, b)
-	}
-	return out, closeAll, nil
-}
-
-// operatorBinary finds the operator binary: the flag, else ./operator
-// beside this executable, else operator on $PATH.
-func operatorBinary(flagValue string) (string, error) {
-	if flagValue != "" {
-		return filepath.Abs(flagValue)
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), "operator")
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("operator")
-	if err != nil {
-		return "", errors.New("no operator binary: pass --operator-binary, or put operator beside this binary or on $PATH (make build puts both in bin/)")
-	}
-	return filepath.Abs(p)
-}
-
-// kubeClient connects to the API server: a kubeconfig file, else the
-// in-cluster service account.
-func kubeClient(kubeconfig, namespace string) (k8s.Interface, string, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{})
-		if cfg, err = loader.ClientConfig(); err != nil {
-			return nil, "", fmt.Errorf("--kubeconfig: %w", err)
-		}
-		if namespace == "" {
-			if namespace, _, err = loader.Namespace(); err != nil {
-				return nil, "", err
-			}
-		}
-	} else {
-		if cfg, err = rest.InClusterConfig(); err != nil {
-			return nil, "", fmt.Errorf("not in a cluster and no --kubeconfig: %w", err)
-		}
-		if namespace == "" {
-			b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-			if err != nil {
-				return nil, "", fmt.Errorf("--kube-namespace not set and the pod's namespace is unreadable: %w", err)
-			}
-			namespace = strings.TrimSpace(string(b))
-		}
-	}
-	client, err := k8s.NewForConfig(cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	return client, namespace, nil
 }
 
 func splitList(s string) []string {

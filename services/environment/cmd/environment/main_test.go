@@ -13,10 +13,10 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/sandbox"
-	"github.com/secbear/neuron/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -42,6 +42,8 @@ func TestBadConfigFailsWithOneClearLine(t *testing.T) {
 		{"bad static host", []string{"--dev", "--egress-static-hosts", "api.example.com"}, "host=ip:port"},
 		{"bad private range", []string{"--dev", "--egress-allow-private", "10.0.0.0/99"}, "not a CIDR"},
 		{"timeouts", []string{"--dev", "--default-timeout", "2h", "--max-timeout", "1h"}, "--default-timeout"},
+		{"bad disk default", []string{"--dev", "--default-disk", "0"}, "--default-disk"},
+		{"no concurrency", []string{"--dev", "--max-concurrent", "0"}, "--max-concurrent 0"},
 		{"unknown flag", []string{"--colour"}, "flag provided but not defined"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,31 @@
+package docker
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/secbear/neuron/services/environment"
+)
+
+// The environment service's Run builds this backend for "docker"
+// (--container-backend docker, or --backend docker).
+func init() { environment.RegisterBackend("docker", fromConfig) }
+
+// fromConfig connects to the engine of cfg.DockerHost, with DataDir/docker
+// as the work directory and DefaultDiskBytes as the workspace cap of
+// containers whose spec sets none.
+func fromConfig(cfg environment.Config) (environment.Backend, func(), error) {
+	b, err := New(Config{
+		Host:          cfg.DockerHost,
+		DefaultImage:  cfg.DefaultImage,
+		OperatorArgs:  cfg.OperatorArgs,
+		WorkDir:       filepath.Join(cfg.DataDir, "docker"),
+		Runtime:       cfg.GvisorRuntime,
+		DefaultLimits: environment.Limits{DiskBytes: cfg.DefaultDiskBytes},
+		Log:           cfg.Log,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker backend: %w", err)
+	}
+	return b, func() { _ = b.Close() }, nil
+}
