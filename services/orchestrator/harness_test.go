@@ -74,6 +74,9 @@ type writeCounter struct {
 	n  map[string]int
 }
 
+// StoreServerInterceptor makes c a state.StoreMiddleware.
+func (c *writeCounter) StoreServerInterceptor() grpc.UnaryServerInterceptor { return c.interceptor }
+
 func (c *writeCounter) interceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	resp, err := h(ctx, req)
 	if w, ok := req.(*statev1.WriteRequest); ok && err == nil && !resp.(*statev1.WriteResponse).GetReplayed() {
@@ -90,12 +93,15 @@ func (c *writeCounter) count(sc *typesv1.Scope, key string) int {
 	return c.n[scope.String(sc)+"|"+key]
 }
 
-// startState runs an in-memory State service.
+// startState runs the State service (state.Run, the memory backend)
+// with a writeCounter as its store middleware, counting the writes it
+// applies.
 func startState(t *testing.T) (string, statev1.StateServiceClient, *writeCounter) {
 	wc := &writeCounter{n: map[string]int{}}
-	addr := serve(t, func(s *grpcserver.Server) {
-		statev1.RegisterStateServiceServer(s, state.NewServer(state.NewMemory()))
-	}, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{wc.interceptor}, nil))
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{Server: grpcserver.Config{Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log: quiet(), Listener: lis, Backend: state.BackendMemory, Middleware: wc})
+	})
 	return addr, statev1.NewStateServiceClient(dial(t, addr)), wc
 }
 
