@@ -3,22 +3,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,13 +32,14 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/proc"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -89,7 +86,7 @@ func TestCrashRecovery(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("crash-%d", i)
 	}
-	var p *orchProc
+	var p *proc.Proc
 	for r := 0; r <= crashRounds; r++ {
 		p = h.start(ctx)
 		up := time.Now()
@@ -116,7 +113,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Logf("round %d: SIGKILL %v after SERVING, %d operator calls in flight, %d made so far",
 			r, delay.Round(time.Millisecond), inFlight, calls)
 	}
-	t.Logf("the last run resumed %d unfinished workflows", p.resumed())
+	t.Logf("the last run resumed %d unfinished workflows", resumed(p))
 
 	for _, id := range ids {
 		h.waitStatus(ctx, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
@@ -135,7 +132,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Errorf("%d operator calls repeated after %d kills of %d workflows: more than one per kill and workflow", extra, h.kills, len(ids))
 	}
 	h.checkStateWrites(ids)
-	p.terminate(t)
+	p.Terminate(t)
 }
 
 func TestSignalsAcrossCrash(t *testing.T) {
@@ -232,7 +229,7 @@ func testSignalsAcrossCrash(t *testing.T, h *harness, rng *rand.Rand) {
 
 	p = h.start(ctx)
 	if !h.temporal {
-		t.Logf("the restarted binary resumed %d unfinished workflows", p.resumed())
+		t.Logf("the restarted binary resumed %d unfinished workflows", resumed(p))
 	}
 	tick(signals/2, true) // the key survived the crash
 	dups++
@@ -368,7 +365,7 @@ func testSignalsAcrossCrash(t *testing.T, h *harness, rng *rand.Rand) {
 		}
 	}
 	h.checkStateWrites(nil)
-	p.terminate(t)
+	p.Terminate(t)
 }
 
 func signalsByStep(last map[uint64]*opCall, steps []uint64) string {
@@ -614,7 +611,7 @@ type harness struct {
 	client      orchestratorv1.OrchestratorServiceClient
 	health      healthpb.HealthClient
 	stateClient statev1.StateServiceClient
-	procs       []*orchProc // every run of the binary, in order
+	procs       []*proc.Proc // every run of the binary, in order
 	kills       int
 	// temporal: workflows run on a Temporal cluster that outlives the
 	// runs. Each run is another orchestrator process on a port of its
@@ -649,7 +646,7 @@ agents:
 		t.Fatal(err)
 	}
 
-	h.connect(freeAddr(t))
+	h.connect(proc.FreeAddr(t))
 	h.stateClient = statev1.NewStateServiceClient(dial(t, h.stateAddr))
 	return h
 }
@@ -704,76 +701,28 @@ func serveInProcess(t *testing.T, name string, register func(*grpcserver.Server)
 	return lis.Addr().String()
 }
 
-// start runs the binary (again) and waits until it is SERVING.
-func (h *harness) start(ctx context.Context) *orchProc {
+// start runs the binary (again) and waits until it is SERVING. The
+// process is not bound to ctx: a test that ran out of time still asks
+// it what is stuck.
+func (h *harness) start(ctx context.Context) *proc.Proc {
 	t := h.t
 	t.Helper()
 	if h.temporal && len(h.procs) > 0 {
-		h.connect(freeAddr(t))
+		h.connect(proc.FreeAddr(t))
 	}
 	logPath := filepath.Join(h.logDir, fmt.Sprintf("orchestrator-%d.log", len(h.procs)))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	// Not bound to ctx: a test that ran out of time still asks the
-	// process what is stuck. Cleanup kills it.
 	args := append([]string{"--dev", "--addr", h.addr, "--agents", h.agents, "--state-addr", h.stateAddr,
 		"--log-format", "json", "--log-level", "info"}, h.backend...)
-	cmd := exec.Command(h.bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// No NEURON_ORCHESTRATOR_* from the caller's environment: flags are the whole config.
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
-	cmd.WaitDelay = time.Second
-	p := &orchProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := proc.Start(t, h.bin, proc.Options{Name: "orchestrator", LogPath: logPath, EnvPrefix: envPrefix}, args...)
 	h.procs = append(h.procs, p)
-	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", filepath.Base(logPath), tail(logPath, 40))
-		}
-	})
-	h.waitServing(ctx, p)
+	p.WaitServing(ctx, t, h.health, orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, pollInterval)
 	return p
 }
 
-func (h *harness) kill(p *orchProc) {
+func (h *harness) kill(p *proc.Proc) {
 	h.t.Helper()
-	p.kill(h.t)
+	p.Kill(h.t)
 	h.kills++
-}
-
-// waitServing polls grpc.health.v1 until the orchestrator is SERVING.
-func (h *harness) waitServing(ctx context.Context, p *orchProc) {
-	t := h.t
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		resp, err := h.health.Check(cctx, &healthpb.HealthCheckRequest{Service: orchestratorv1.OrchestratorService_ServiceDesc.ServiceName})
-		ccancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("orchestrator exited while starting: %v; log:\n%s", p.waitErr, tail(p.logPath, 40))
-		case <-ctx.Done():
-			t.Fatalf("orchestrator not SERVING in time (last: %v, %v); log:\n%s", resp.GetStatus(), err, tail(p.logPath, 40))
-		case <-time.After(pollInterval):
-		}
-	}
 }
 
 // retry runs call until it returns anything but UNAVAILABLE (the
@@ -1133,51 +1082,10 @@ func behave(in *operatorv1.OperatorInput, sigs []seenSignal) (*operatorv1.Operat
 	return out, nil
 }
 
-// orchProc is one run of the orchestrator binary.
-type orchProc struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-	waitErr error
-}
-
-// kill sends SIGKILL and waits until the process is gone.
-func (p *orchProc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("orchestrator did not die within 10s of SIGKILL")
-	}
-	if p.cmd.ProcessState.Exited() {
-		t.Fatalf("orchestrator exited on its own (%v) before the SIGKILL; log:\n%s", p.waitErr, tail(p.logPath, 40))
-	}
-}
-
-// terminate asks for a graceful stop and expects a clean exit.
-func (p *orchProc) terminate(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("orchestrator did not stop within 20s of SIGTERM")
-	}
-	if p.waitErr != nil {
-		t.Errorf("graceful stop: %v; log:\n%s", p.waitErr, tail(p.logPath, 40))
-	}
-}
-
 // resumed returns how many workflows the run resumed at start, from its
 // log (which says nothing when there were none).
-func (p *orchProc) resumed() int {
-	b, _ := os.ReadFile(p.logPath)
-	for line := range strings.Lines(string(b)) {
+func resumed(p *proc.Proc) int {
+	for line := range strings.Lines(p.Log()) {
 		var rec struct {
 			Msg   string `json:"msg"`
 			Count int    `json:"count"`
@@ -1187,19 +1095,6 @@ func (p *orchProc) resumed() int {
 		}
 	}
 	return 0
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -1212,19 +1107,4 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

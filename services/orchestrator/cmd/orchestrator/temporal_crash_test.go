@@ -23,8 +23,9 @@ import (
 
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
-	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/internal/proc"
 	"github.com/secbear/neuron/internal/testenv"
+	"github.com/secbear/neuron/pkg/scope"
 )
 
 // The Temporal crash tests run the real binary with --backend temporal
@@ -136,7 +137,7 @@ func TestTemporalWorkerKilledInEffect(t *testing.T) {
 		t.Errorf("%q writes %+v; want the dead run's, applied, then the next run's, a replay", key, writes)
 	}
 	h.checkStateWrites([]string{id})
-	p.terminate(t)
+	p.Terminate(t)
 	h.failOnBugs(t, stallBug(stalled))
 }
 
@@ -169,7 +170,7 @@ func newTemporalHarness(t *testing.T, seed uint64) *temporalHarness {
 	h.backend = []string{"--backend", "temporal", "--temporal-address", dev.Address, "--temporal-namespace", dev.Namespace,
 		"--temporal-task-queue", queue, "--temporal-heartbeat-timeout", temporalHeartbeat.String()}
 	h.dialOpts = []grpc.DialOption{grpc.WithChainUnaryInterceptor(h.timeouts.intercept)}
-	h.connect(freeAddr(t))
+	h.connect(proc.FreeAddr(t))
 	t.Logf("%v, task queue %s", dev, queue)
 	return h
 }
@@ -247,9 +248,9 @@ func (a heldActivity) String() string { return fmt.Sprintf("%s (attempt %d)", a.
 // held lists the activities of workflows ids that Temporal still counts
 // as running on the dead run p: its call activities (retried elsewhere
 // once their heartbeats stop) and its effect activities.
-func (h *temporalHarness) held(ctx context.Context, p *orchProc, ids []string) (calls, effects []heldActivity) {
+func (h *temporalHarness) held(ctx context.Context, p *proc.Proc, ids []string) (calls, effects []heldActivity) {
 	h.t.Helper()
-	worker := strconv.Itoa(p.cmd.Process.Pid) + "@"
+	worker := strconv.Itoa(p.Pid()) + "@"
 	for _, id := range ids {
 		dctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		d, err := h.dev.Client.DescribeWorkflowExecution(dctx, id, "")
@@ -277,7 +278,7 @@ func (h *temporalHarness) held(ctx context.Context, p *orchProc, ids []string) (
 // fails the attempts it did not retry, as an operator would, so that
 // they are retried now rather than a minute later (see stallBug). It
 // returns those.
-func (h *temporalHarness) unstick(ctx context.Context, p *orchProc, effects []heldActivity) (stalled []heldActivity) {
+func (h *temporalHarness) unstick(ctx context.Context, p *proc.Proc, effects []heldActivity) (stalled []heldActivity) {
 	h.t.Helper()
 	end := time.Now().Add(effectGrace)
 	for len(effects) > 0 && time.Now().Before(end) {
@@ -319,7 +320,7 @@ func testTemporalKills(t *testing.T, kills int) {
 	}
 	perRun := len(ids) / kills
 	var (
-		p       *orchProc
+		p       *proc.Proc
 		stalled []heldActivity // effect activities Temporal left on a dead run
 	)
 	for r := 0; r <= kills; r++ {
@@ -392,7 +393,7 @@ func testTemporalKills(t *testing.T, kills int) {
 		t.Errorf("the last run made no operator call: nothing was left to take over (connection %d)", last)
 	}
 	h.checkStateWrites(ids)
-	p.terminate(t)
+	p.Terminate(t)
 	h.failOnBugs(t, stallBug(stalled))
 }
 

@@ -3,20 +3,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +26,7 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/proc"
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/scope"
@@ -62,7 +59,7 @@ func TestCrashRecovery(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	dataDir := filepath.Join(t.TempDir(), "data")
 	dbPath := filepath.Join(dataDir, "state.db")
-	addr := freeAddr(t)
+	addr := proc.FreeAddr(t)
 
 	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, MaxRetries: -1, Timeout: rpcTimeout},
 		// Reconnect quickly after a restart (the default backoff starts at 1s).
@@ -103,12 +100,12 @@ func TestCrashRecovery(t *testing.T) {
 		wg.Wait()
 	}()
 
-	var srv *serverProc
+	var srv *proc.Proc
 	for r := 0; r <= crashRounds; r++ {
 		srv = startState(ctx, t, bin, dataDir, addr, filepath.Join(t.TempDir(), fmt.Sprintf("server-%d.log", r)))
 		waitServing(ctx, t, health, srv)
 		if r > 0 {
-			t.Logf("restart %d: %s", r, srv.indexRecovery())
+			t.Logf("restart %d: %s", r, indexRecovery(srv))
 			floor := verify(ctx, t, client, led, false)
 			led.setFloor(r, floor)
 			if t.Failed() {
@@ -124,7 +121,7 @@ func TestCrashRecovery(t *testing.T) {
 		gate.Unlock() // writers go
 		held = false
 		sleepCtx(ctx, delay)
-		srv.kill(t)
+		srv.Kill(t)
 		gate.Lock() // in-flight attempts fail against the dead server
 		held = true
 		after := led.counts()
@@ -153,21 +150,8 @@ func TestCrashRecovery(t *testing.T) {
 	if total.acked == 0 {
 		t.Error("no write was acknowledged: the test checked nothing")
 	}
-	srv.terminate(t)
+	srv.Terminate(t)
 	checkBolt(t, dbPath)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -177,91 +161,24 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// serverProc is one run of the state binary.
-type serverProc struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{} // closed when the process has been waited for
-	waitErr error
-}
-
 // startState starts the state binary on the bolt backend in dataDir.
-func startState(ctx context.Context, t *testing.T, bin, dataDir, addr, logPath string) *serverProc {
+func startState(ctx context.Context, t *testing.T, bin, dataDir, addr, logPath string) *proc.Proc {
 	t.Helper()
 	return startStateArgs(ctx, t, bin, logPath, "--dev", "--backend", "bolt", "--data-dir", dataDir, "--addr", addr, "--log-format", "text", "--log-level", "info")
 }
 
 // startStateArgs starts the state binary with exactly args (nothing from
 // the caller's NEURON_STATE_* environment: flags are the whole config),
-// logging to logPath. The process is killed, if still running, when the
-// test ends.
-func startStateArgs(ctx context.Context, t *testing.T, bin, logPath string, args ...string) *serverProc {
+// logging to logPath.
+func startStateArgs(ctx context.Context, t *testing.T, bin, logPath string, args ...string) *proc.Proc {
 	t.Helper()
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envPrefix+"_") })
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", filepath.Base(logPath), tail(logPath, 30))
-		}
-	})
-	return p
-}
-
-// kill sends SIGKILL and waits until the process is gone.
-func (p *serverProc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not die within 10s of SIGKILL")
-	}
-	if p.cmd.ProcessState.Exited() {
-		t.Fatalf("server exited on its own (%v) before the SIGKILL; log:\n%s", p.waitErr, tail(p.logPath, 30))
-	}
-}
-
-// terminate asks for a graceful stop and expects a clean exit.
-func (p *serverProc) terminate(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("server did not stop within 20s of SIGTERM")
-	}
-	if p.waitErr != nil {
-		t.Errorf("graceful stop: %v; log:\n%s", p.waitErr, tail(p.logPath, 30))
-	}
+	return proc.Start(t, bin, proc.Options{Name: "state", LogPath: logPath, EnvPrefix: envPrefix, Context: ctx, TailLines: 30}, args...)
 }
 
 // indexRecovery says how the server brought its search index up to date,
 // from its log.
-func (p *serverProc) indexRecovery() string {
-	b, _ := os.ReadFile(p.logPath)
-	for line := range strings.Lines(string(b)) {
+func indexRecovery(p *proc.Proc) string {
+	for line := range strings.Lines(p.Log()) {
 		if strings.Contains(line, "search index") {
 			return strings.TrimSpace(line)
 		}
@@ -269,41 +186,10 @@ func (p *serverProc) indexRecovery() string {
 	return "search index opened up to date"
 }
 
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // waitServing polls grpc.health.v1 until the state service is SERVING.
-func waitServing(ctx context.Context, t *testing.T, health healthpb.HealthClient, p *serverProc) {
+func waitServing(ctx context.Context, t *testing.T, health healthpb.HealthClient, p *proc.Proc) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		resp, err := health.Check(cctx, &healthpb.HealthCheckRequest{Service: statev1.StateService_ServiceDesc.ServiceName})
-		ccancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("server exited while starting: %v; log:\n%s", p.waitErr, tail(p.logPath, 30))
-		case <-ctx.Done():
-			t.Fatalf("server not SERVING in time (last: %v, %v); log:\n%s", resp.GetStatus(), err, tail(p.logPath, 30))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	p.WaitServing(ctx, t, health, statev1.StateService_ServiceDesc.ServiceName, 20*time.Millisecond)
 }
 
 // checkBolt opens the file of a dead server and runs bbolt's consistency

@@ -19,6 +19,7 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/proc"
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
@@ -59,11 +60,11 @@ func TestPostgresProcessesNoLostUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var (
-		procs   []*serverProc
+		procs   []*proc.Proc
 		clients []statev1.StateServiceClient
 	)
 	for i := range pgProcs {
-		addr := freeAddr(t)
+		addr := proc.FreeAddr(t)
 		p := startStateArgs(ctx, t, bin, filepath.Join(dir, fmt.Sprintf("state-%d.log", i)),
 			"--dev", "--backend", "postgres", "--postgres-dsn-file", dsnFile, "--addr", addr, "--log-format", "text", "--log-level", "info")
 		conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true, MaxRetries: -1, Timeout: rpcTimeout})
@@ -139,7 +140,7 @@ func TestPostgresProcessesNoLostUpdate(t *testing.T) {
 	}
 	t.Logf("%d processes, %d goroutines, %d keys: %d increments, %d stale attempts", pgProcs, pgProcs*pgWorkers, pgCounters, total, led.stale)
 	for _, p := range procs {
-		p.terminate(t)
+		p.Terminate(t)
 	}
 }
 
