@@ -2,6 +2,8 @@ package operator_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -39,34 +41,53 @@ func (p *recordingPublisher) Publish(ev *lifecyclev1.LifecycleEvent) {
 	p.events = append(p.events, ev)
 }
 
-// TestCompaction checks that the loop compacts what the model is shown,
-// counts a summary call's cost, publishes a CompactionEvent, and still
-// stores only the new turns.
+// fakeCatalog writes a catalog file giving fake-1 a 3500-token window.
+func fakeCatalog(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "catalog.json")
+	data := `{"version":1,"models":[{"name":"fake-1","provider":"fake","context_window":3500,
+	  "capabilities":{"tools":true},"price_per_mtok":{"input":"0","output":"0","cache_read":"0","cache_write":"0"}}]}`
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCompaction checks, with the strategy and budget set up as the
+// binary's --compaction, --catalog and --context-reserve do, that the
+// loop compacts what the model is shown, counts a summary call's cost,
+// publishes a CompactionEvent, and still stores only the new turns.
 func TestCompaction(t *testing.T) {
-	budget := func(string) compaction.Budget { return compaction.Budget{ContextWindow: 3500, Reserve: 500} }
-	summarizer := &fakeModel{steps: []step{say("they asked many questions", "0.05")}}
+	cat := fakeCatalog(t)
 	tests := []struct {
 		name     string
-		strategy compaction.Strategy
+		steps    []step // the summary (asked of the default model), then the answer
 		wantCost string
 		first    string // start of the first message the model sees
 	}{
-		{"sliding", compaction.SlidingWindow(), "0.01", strings.Repeat("q", 10)},
-		{"summarize", compaction.Summarize(summarizer, "fake-1"), "0.06", compaction.SummaryHeader},
+		{compaction.NameSliding, []step{say("done", "0.01")}, "0.01", strings.Repeat("q", 10)},
+		{compaction.NameSummarize, []step{say("they asked many questions", "0.05"), say("done", "0.01")}, "0.06", compaction.SummaryHeader},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &fakeModel{steps: []step{say("done", "0.01")}}
+			m := &fakeModel{steps: tc.steps}
 			pub := &recordingPublisher{}
-			op := newOperator(t, operator.DefaultConfig(), m, operator.WithHistory(longHistory{n: 6}),
-				operator.WithCompaction(tc.strategy, budget), operator.WithPublisher(pub))
+			c := serve(t, operator.Config{
+				History:   longHistory{n: 6},
+				Publisher: pub,
+				Models:    operator.Models{Compaction: tc.name, Catalog: cat, ContextReserve: 500},
+			}, m)
 			sid := "long"
 			in := input("latest question")
 			in.SessionId = &sid
 			in.Dispatch = &operatorv1.DispatchContext{WorkflowId: "wf-1", AgentId: "a"}
-			out := execute(t, serve(t, op), in)
+			out := execute(t, c, in)
 			wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
-			seen := m.requests()[0].Messages
+			reqs := m.requests()
+			if len(reqs) != len(tc.steps) {
+				t.Fatalf("%d model calls, want %d", len(reqs), len(tc.steps))
+			}
+			seen := reqs[len(reqs)-1].Messages
 			if len(seen) >= 13 || seen[len(seen)-1].Parts[0].Text != "latest question" {
 				t.Fatalf("model saw %d messages ending %q; want fewer than 13 ending with the new question", len(seen), seen[len(seen)-1].Parts[0].Text)
 			}

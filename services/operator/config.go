@@ -12,30 +12,6 @@ import (
 	"github.com/secbear/neuron/pkg/money"
 )
 
-// Config holds an operator's defaults; OperatorInput.config overrides them
-// per invocation.
-type Config struct {
-	// SystemPrompt is the agent's identity. An input's system_addendum is
-	// appended to it, never substituted.
-	SystemPrompt string
-	// Model is the default model; empty means the provider's default.
-	Model string
-	// MaxTurns bounds loop iterations (model calls).
-	MaxTurns uint32
-	// MaxDuration bounds an invocation's wall-clock time.
-	MaxDuration time.Duration
-	// MaxCost bounds an invocation's cost; zero means no bound.
-	MaxCost decimal.Decimal
-	// MaxTokens caps each model response; zero means the provider's default.
-	MaxTokens int
-	// CircuitBreaker ends the loop after this many consecutive failed tool
-	// calls; zero disables it.
-	CircuitBreaker int
-	// HistoryEntries bounds how many past invocations of a session are
-	// read back as context; the oldest are left out first.
-	HistoryEntries int
-}
-
 // Defaults.
 const (
 	DefaultMaxTurns       = 25
@@ -45,18 +21,8 @@ const (
 	DefaultSystemPrompt   = "You are a helpful agent. Use the tools you are given when they help; answer plainly when you are done."
 )
 
-// DefaultConfig returns the defaults.
-func DefaultConfig() Config {
-	return Config{
-		SystemPrompt:   DefaultSystemPrompt,
-		MaxTurns:       DefaultMaxTurns,
-		MaxDuration:    DefaultMaxDuration,
-		CircuitBreaker: DefaultCircuitBreaker,
-		HistoryEntries: DefaultHistoryEntries,
-	}
-}
-
-// Validate reports a config that cannot work.
+// Validate reports invocation defaults that cannot work (New's check of
+// SystemPrompt to HistoryEntries; the other fields are Run's).
 func (c Config) Validate() error {
 	var problems []error
 	if c.MaxTurns == 0 {

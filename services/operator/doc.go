@@ -16,4 +16,9 @@
 // help, FAILED_PRECONDITION with reason OPERATOR_NON_RETRYABLE when it
 // will not (including output cut at the model's max tokens and responses
 // stopped by the provider's content filter).
+//
+// Run serves the service from a Config, the way the operator binary does
+// (the binary only parses flags into the Config); RunOneShot runs one
+// invocation from stdin to stdout, the binary's --one-shot. New builds an
+// Operator alone, for a caller that wires its own server.
 package operator

@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
@@ -135,57 +134,25 @@ func newTool(name string, tier tool.Tier, schema string, fn func(ctx context.Con
 	return funcTool{spec: tool.Spec{Name: name, Description: "test tool " + name, Schema: json.RawMessage(schema), Tier: tier}, fn: fn}
 }
 
-func registry(t *testing.T, tools ...tool.Tool) *tool.Registry {
-	t.Helper()
-	r := tool.NewRegistry()
-	for _, tl := range tools {
-		if err := r.Register(tl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return r
-}
-
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// serve runs op behind the standard server chain on loopback and returns
-// a client.
-func serve(t *testing.T, op *operator.Operator) operatorv1.OperatorServiceClient {
+// serve starts the operator through operator.Run, as the binary does
+// (dev mode, the production server chain), with model answering as every
+// model and cfg's other settings, and returns a client.
+func serve(t *testing.T, cfg operator.Config, model provider.Provider) operatorv1.OperatorServiceClient {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "operator", Addr: "127.0.0.1:0", Dev: true}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	operatorv1.RegisterOperatorServiceServer(srv, operator.NewServer(op))
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return operatorv1.NewOperatorServiceClient(dialT(t, lis.Addr()))
+	cfg.Router = provider.Single{Provider: model, Default: "fake-1"}
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		cfg.Server = grpcserver.Config{Name: "operator", Dev: true, ShutdownTimeout: 2 * time.Second}
+		cfg.Log = harness.Logger(t)
+		cfg.Listener = lis
+		return operator.Run(ctx, cfg)
+	})
+	return operatorv1.NewOperatorServiceClient(harness.Dial(t, addr))
 }
 
-func dialT(t *testing.T, addr net.Addr) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-func newOperator(t *testing.T, cfg operator.Config, model provider.Provider, opts ...operator.Option) *operator.Operator {
-	t.Helper()
-	op, err := operator.New(cfg, provider.Single{Provider: model, Default: "fake-1"}, quietLog(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return op
-}
+// tools is the tools a test offers.
+func tools(ts ...tool.Tool) []tool.Tool { return ts }
 
 func wantStatus(t *testing.T, err error, code codes.Code, reason string) {
 	t.Helper()

@@ -2,8 +2,10 @@ package operator_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -11,8 +13,10 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -46,23 +50,17 @@ func decodeHistory(t *testing.T, e *typesv1.Effect) []*typesv1.Content {
 	return out
 }
 
-// startState serves a real StateService (memory backend) on loopback.
-func startState(t *testing.T) statev1.StateServiceClient {
+// startState serves a real StateService (memory backend) on loopback
+// and returns its address and a client.
+func startState(t *testing.T) (string, statev1.StateServiceClient) {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Addr: "127.0.0.1:0", Dev: true}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(state.NewMemory()))
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return statev1.NewStateServiceClient(dialT(t, lis.Addr()))
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{
+			Server: grpcserver.Config{Name: "state", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:    harness.Quiet(), Listener: lis, Backend: state.BackendMemory,
+		})
+	})
+	return addr, statev1.NewStateServiceClient(harness.Dial(t, addr))
 }
 
 // TestSessionHistory runs two invocations of one session against a real
@@ -70,12 +68,9 @@ func startState(t *testing.T) statev1.StateServiceClient {
 // orchestrator would, and checks the second model call sees the first
 // conversation.
 func TestSessionHistory(t *testing.T) {
-	st := startState(t)
+	stateAddr, st := startState(t)
 	m := &fakeModel{steps: []step{callTools("0", "ok", `{}`), say("first answer", "0"), say("second answer", "0")}}
-	op := newOperator(t, operator.DefaultConfig(), m,
-		operator.WithTools(registry(t, okTool("ok", 1))),
-		operator.WithHistory(operator.StateHistory{Client: st, Log: quietLog()}))
-	c := serve(t, op)
+	c := serve(t, operator.Config{ExtraTools: tools(okTool("ok", 1)), State: grpcclient.Config{Target: stateAddr}}, m)
 	sid := "chat-42"
 	apply := func(out *operatorv1.OperatorOutput) {
 		for _, e := range out.GetEffects() {
@@ -117,12 +112,11 @@ func TestSessionHistory(t *testing.T) {
 // TestHistoryUnavailable checks that an unreachable state service is a
 // retryable error naming the session.
 func TestHistoryUnavailable(t *testing.T) {
-	broken := operator.StateHistory{Client: statev1.NewStateServiceClient(dialT(t, deadAddr(t)))}
-	op := newOperator(t, operator.DefaultConfig(), &fakeModel{steps: []step{say("x", "0")}}, operator.WithHistory(broken))
+	c := serve(t, operator.Config{State: grpcclient.Config{Target: deadAddr(t).String()}}, &fakeModel{steps: []step{say("x", "0")}})
 	sid := "s-down"
 	in := input("hi")
 	in.SessionId = &sid
-	_, err := serve(t, op).Execute(ctxT(t), &operatorv1.ExecuteRequest{Input: in})
+	_, err := c.Execute(ctxT(t), &operatorv1.ExecuteRequest{Input: in})
 	wantStatus(t, err, codes.Unavailable, errs.ReasonRetryable)
 	if !strings.Contains(err.Error(), "s-down") {
 		t.Fatalf("%v does not name the session", err)

@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,20 +12,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/tool"
 )
-
-func hooksOf(t *testing.T, hs ...hook.Hook) *hook.Registry {
-	t.Helper()
-	r := hook.NewRegistry(quietLog(), hook.WithTimeout(2*time.Second))
-	for _, h := range hs {
-		r.Add(h)
-	}
-	return r
-}
 
 func haltAt(p operatorv1.HookPoint) hook.Hook {
 	return hook.Func{HookName: "halter", At: []operatorv1.HookPoint{p},
@@ -51,8 +45,8 @@ func TestLocalHooks(t *testing.T) {
 		for i, p := range points {
 			t.Run(p.String(), func(t *testing.T) {
 				m := &fakeModel{steps: []step{callTools("0", "echo", `{"text":"hi"}`), say("done", "0")}}
-				op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, haltAt(p))))
-				out := execute(t, serve(t, op), input("go"))
+				c := serve(t, operator.Config{ExtraTools: tools(echo), LocalHooks: []hook.Hook{haltAt(p)}}, m)
+				out := execute(t, c, input("go"))
 				wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_MIDDLEWARE_HALT)
 				if msg := out.GetExitReason().GetMessage(); !strings.Contains(msg, "halter") || !strings.Contains(msg, "policy says stop") {
 					t.Fatalf("exit message %q", msg)
@@ -70,8 +64,8 @@ func TestLocalHooks(t *testing.T) {
 				return hook.Skip("not today"), nil
 			}}
 		m := &fakeModel{steps: []step{callTools("0", "echo", `{"text":"hi"}`), say("done", "0")}}
-		op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, skip)))
-		out := execute(t, serve(t, op), input("go"))
+		c := serve(t, operator.Config{ExtraTools: tools(echo), LocalHooks: []hook.Hook{skip}}, m)
+		out := execute(t, c, input("go"))
 		wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
 		if got.Load() != "" {
 			t.Fatal("skipped tool ran")
@@ -88,8 +82,7 @@ func TestLocalHooks(t *testing.T) {
 				return hook.Modify(v, "redact"), nil
 			}}
 		m := &fakeModel{steps: []step{callTools("0", "echo", `{"text":"hi"}`), say("done", "0")}}
-		op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, mod)))
-		execute(t, serve(t, op), input("go"))
+		execute(t, serve(t, operator.Config{ExtraTools: tools(echo), LocalHooks: []hook.Hook{mod}}, m), input("go"))
 		if s, _ := got.Load().(string); !strings.Contains(s, "rewritten hi") {
 			t.Fatalf("tool got %q", s)
 		}
@@ -102,8 +95,7 @@ func TestLocalHooks(t *testing.T) {
 				return hook.Modify(v, ""), nil
 			}}
 		m := &fakeModel{steps: []step{callTools("0", "echo", `{"text":"hi"}`), say("done", "0")}}
-		op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, bad)))
-		execute(t, serve(t, op), input("go"))
+		execute(t, serve(t, operator.Config{ExtraTools: tools(echo), LocalHooks: []hook.Hook{bad}}, m), input("go"))
 		if got.Load() != "" {
 			t.Fatal("tool ran with input that fails its schema")
 		}
@@ -116,8 +108,8 @@ func TestLocalHooks(t *testing.T) {
 		boom := hook.Func{HookName: "boom", At: []operatorv1.HookPoint{operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE},
 			Fn: func(context.Context, *operatorv1.HookContext) (*operatorv1.HookAction, error) { panic("hook bug") }}
 		m := &fakeModel{steps: []step{say("done", "0")}}
-		op := newOperator(t, operator.DefaultConfig(), m, operator.WithHooks(hooksOf(t, boom)))
-		wantExit(t, execute(t, serve(t, op), input("go")), operatorv1.ExitKind_EXIT_KIND_COMPLETE)
+		c := serve(t, operator.Config{LocalHooks: []hook.Hook{boom}}, m)
+		wantExit(t, execute(t, c, input("go")), operatorv1.ExitKind_EXIT_KIND_COMPLETE)
 	})
 }
 
@@ -149,33 +141,26 @@ func (b *budgetHook) OnHook(_ context.Context, req *operatorv1.OnHookRequest) (*
 	return &operatorv1.OnHookResponse{Action: hook.Continue()}, nil
 }
 
-// TestRemoteHook runs a HookService over gRPC and checks it halts the loop.
+// TestRemoteHook runs a HookService over gRPC, names it to the operator
+// as --hook-addr does, and checks it halts the loop.
 func TestRemoteHook(t *testing.T) {
-	hs, err := grpcserver.New(grpcserver.Config{Name: "hook", Addr: "127.0.0.1:0", Dev: true}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
 	impl := &budgetHook{}
-	operatorv1.RegisterHookServiceServer(hs, impl)
-	lis, err := hs.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	remote, err := hook.DialRemote(ctxT(t), dialT(t, lis.Addr()), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The HookService is a test double served by the standard server; it
+	// has no Run of its own.
+	hookAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		hs, err := grpcserver.New(grpcserver.Config{Name: "hook", Dev: true, ShutdownTimeout: 2 * time.Second}, harness.Quiet())
+		if err != nil {
+			return err
+		}
+		operatorv1.RegisterHookServiceServer(hs, impl)
+		return hs.Serve(ctx, lis)
+	})
 	echo := newTool("echo", tool.ReadOnly, objectSchema, func(context.Context, json.RawMessage) (string, error) { return "x", nil })
 	m := &fakeModel{steps: []step{callTools("0", "echo", `{}`)}}
-	op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, echo)), operator.WithHooks(hooksOf(t, remote)))
+	c := serve(t, operator.Config{ExtraTools: tools(echo), Hooks: grpcclient.Config{Target: hookAddr}, HookTimeout: 2 * time.Second}, m)
 	in := input("go")
 	in.Dispatch = &operatorv1.DispatchContext{DispatchId: "d-1"}
-	out := execute(t, serve(t, op), in)
+	out := execute(t, c, in)
 	wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_MIDDLEWARE_HALT)
 	if !strings.Contains(out.GetExitReason().GetMessage(), "two turns is enough") || out.GetMetadata().GetTurnsUsed() != 2 {
 		t.Fatalf("exit %v after %d turns", out.GetExitReason(), out.GetMetadata().GetTurnsUsed())

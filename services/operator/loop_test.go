@@ -20,6 +20,7 @@ import (
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/tool"
 	"github.com/secbear/neuron/services/operator/tool/effect"
@@ -53,7 +54,7 @@ func okTool(name string, tier tool.Tier) funcTool {
 // calls of 0.1 and 0.2 USD cost exactly 0.3 (decimal, not float).
 func TestComplete(t *testing.T) {
 	m := &fakeModel{steps: []step{callTools("0.1", "look", `{}`), say("the answer", "0.2")}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, okTool("look", tool.ReadOnly)))))
+	c := serve(t, operator.Config{ExtraTools: tools(okTool("look", tool.ReadOnly))}, m)
 	out := execute(t, c, input("question"))
 	wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
 	if got := content.TextOf(out.GetMessage()); got != "the answer" {
@@ -133,12 +134,11 @@ func TestGuards(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := operator.DefaultConfig()
+			cfg := operator.Config{ExtraTools: tools(okTool("ok", tool.SideEffecting), failing)}
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			m := &fakeModel{steps: tc.steps}
-			c := serve(t, newOperator(t, cfg, m, operator.WithTools(registry(t, okTool("ok", tool.SideEffecting), failing))))
+			c := serve(t, cfg, &fakeModel{steps: tc.steps})
 			in := input("go")
 			in.Config = tc.in
 			out := execute(t, c, in)
@@ -157,7 +157,7 @@ func TestGuards(t *testing.T) {
 // max_duration still gets an output (TIMEOUT), sent just before it.
 func TestCallerDeadline(t *testing.T) {
 	m := &fakeModel{steps: []step{hang()}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m))
+	c := serve(t, operator.Config{}, m)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	resp, err := c.Execute(ctx, &operatorv1.ExecuteRequest{Input: input("go")})
@@ -179,7 +179,7 @@ func TestCallerCancel(t *testing.T) {
 		close(ended)
 		return nil, ctx.Err()
 	}}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m))
+	c := serve(t, operator.Config{}, m)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for len(m.requests()) == 0 {
@@ -213,7 +213,7 @@ func TestModelErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := serve(t, newOperator(t, operator.DefaultConfig(), &fakeModel{steps: []step{tc.step}}))
+			c := serve(t, operator.Config{}, &fakeModel{steps: []step{tc.step}})
 			_, err := c.Execute(ctxT(t), &operatorv1.ExecuteRequest{Input: input("go")})
 			wantStatus(t, err, tc.code, tc.reason)
 			if !strings.Contains(err.Error(), tc.message) {
@@ -225,8 +225,7 @@ func TestModelErrors(t *testing.T) {
 
 // TestBadInput checks the INVALID_ARGUMENT and FAILED_PRECONDITION cases.
 func TestBadInput(t *testing.T) {
-	c := serve(t, newOperator(t, operator.DefaultConfig(), &fakeModel{steps: []step{say("x", "0")}},
-		operator.WithTools(registry(t, okTool("ok", tool.ReadOnly)))))
+	c := serve(t, operator.Config{ExtraTools: tools(okTool("ok", tool.ReadOnly))}, &fakeModel{steps: []step{say("x", "0")}})
 	model := "gpt-nonexistent"
 	sid := "s1"
 	tests := []struct {
@@ -263,7 +262,7 @@ func TestAllowedTools(t *testing.T) {
 		return "", nil
 	})
 	m := &fakeModel{steps: []step{callTools("0", "secret", `{}`), say("done", "0")}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, okTool("ok", tool.ReadOnly), secret))))
+	c := serve(t, operator.Config{ExtraTools: tools(okTool("ok", tool.ReadOnly), secret)}, m)
 	in := input("go")
 	in.Config = &operatorv1.OperatorConfig{AllowedTools: &operatorv1.AllowedTools{Names: []string{"ok"}}}
 	out := execute(t, c, in)
@@ -282,7 +281,7 @@ func TestAllowedTools(t *testing.T) {
 	// An empty list means no tools at all.
 	in.Config.AllowedTools.Names = nil
 	m2 := &fakeModel{steps: []step{say("done", "0")}}
-	c2 := serve(t, newOperator(t, operator.DefaultConfig(), m2, operator.WithTools(registry(t, okTool("ok", tool.ReadOnly)))))
+	c2 := serve(t, operator.Config{ExtraTools: tools(okTool("ok", tool.ReadOnly))}, m2)
 	execute(t, c2, in)
 	if n := len(m2.requests()[0].Tools); n != 0 {
 		t.Fatalf("empty allowed_tools still offered %d tools", n)
@@ -307,7 +306,7 @@ func TestSelfCorrection(t *testing.T) {
 		callTools("0", "greet", `{"name": "ada", "times": 2}`),
 		say("done", "0"),
 	}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, greet))))
+	c := serve(t, operator.Config{ExtraTools: tools(greet)}, m)
 	out := execute(t, c, input("greet ada twice"))
 	wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
 	if got.Load() != `{"name": "ada", "times": 2}` && got.Load() != `{"name":"ada","times":2}` {
@@ -361,9 +360,8 @@ func TestParallelReadOnly(t *testing.T) {
 			return "wrote", nil
 		})
 	}
-	reg := registry(t, rendezvous("r1"), rendezvous("r2"), writer("w1"), writer("w2"))
 	m := &fakeModel{steps: []step{callTools("0", "w1", `{}`, "r1", `{}`, "r2", `{}`, "w2", `{}`), say("done", "0")}}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), m, operator.WithTools(reg)))
+	c := serve(t, operator.Config{ExtraTools: tools(rendezvous("r1"), rendezvous("r2"), writer("w1"), writer("w2"))}, m)
 	out := execute(t, c, input("go"))
 	wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_COMPLETE)
 	results := m.requests()[1].Messages[len(m.requests()[1].Messages)-1].Parts
@@ -380,19 +378,12 @@ func TestParallelReadOnly(t *testing.T) {
 
 // TestEffects checks effect tools and the history effect.
 func TestEffects(t *testing.T) {
-	reg := tool.NewRegistry()
-	for _, et := range effect.All() {
-		if err := reg.RegisterEffect(et); err != nil {
-			t.Fatal(err)
-		}
-	}
 	m := &fakeModel{steps: []step{
 		callTools("0", "write_memory", `{"key":"fact","value":{"sky":"blue"}}`, "delegate", `{"agent_id":"researcher","message":"dig"}`),
 		say("done", "0"),
 	}}
 	hist := &fakeHistory{}
-	op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(reg), operator.WithHistory(hist))
-	c := serve(t, op)
+	c := serve(t, operator.Config{EffectTools: true, History: hist}, m)
 	sid := "sess-1"
 	in := input("remember")
 	in.SessionId = &sid
@@ -430,12 +421,11 @@ func TestHistoryEntryValid(t *testing.T) {
 	m := &fakeModel{steps: []step{callTools("0", "ok", `{}`, "ok", `{}`)}}
 	hist := &fakeHistory{}
 	halter := haltAt(operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE)
-	op := newOperator(t, operator.DefaultConfig(), m, operator.WithTools(registry(t, okTool("ok", tool.SideEffecting))),
-		operator.WithHistory(hist), operator.WithHooks(hooksOf(t, halter)))
+	c := serve(t, operator.Config{ExtraTools: tools(okTool("ok", tool.SideEffecting)), History: hist, LocalHooks: []hook.Hook{halter}}, m)
 	sid := "s"
 	in := input("go")
 	in.SessionId = &sid
-	out := execute(t, serve(t, op), in)
+	out := execute(t, c, in)
 	wantExit(t, out, operatorv1.ExitKind_EXIT_KIND_MIDDLEWARE_HALT)
 	msgs := decodeHistory(t, out.GetEffects()[0])
 	if len(msgs) != 3 {
@@ -450,10 +440,7 @@ func TestHistoryEntryValid(t *testing.T) {
 // TestStream checks the progress events and that the last event is the
 // same output Execute returns.
 func TestStream(t *testing.T) {
-	reg := registry(t, okTool("ok", tool.ReadOnly))
-	if err := reg.RegisterEffect(effect.All()[0]); err != nil {
-		t.Fatal(err)
-	}
+	cfg := operator.Config{ExtraTools: tools(okTool("ok", tool.ReadOnly)), EffectTools: true}
 	name := effect.All()[0].Spec().Name
 	args := `{"key":"k","value":1,"scope":"global"}`
 	if name != "write_memory" {
@@ -462,7 +449,7 @@ func TestStream(t *testing.T) {
 	mk := func() *fakeModel {
 		return &fakeModel{steps: []step{callTools("0.01", "ok", `{}`, name, args), say("all done", "0.02")}}
 	}
-	c := serve(t, newOperator(t, operator.DefaultConfig(), mk(), operator.WithTools(reg)))
+	c := serve(t, cfg, mk())
 	stream, err := c.ExecuteStream(ctxT(t), &operatorv1.ExecuteStreamRequest{Input: input("go")})
 	if err != nil {
 		t.Fatal(err)
@@ -499,7 +486,7 @@ func TestStream(t *testing.T) {
 	if text != "all done" {
 		t.Fatalf("text deltas %q", text)
 	}
-	c2 := serve(t, newOperator(t, operator.DefaultConfig(), mk(), operator.WithTools(reg)))
+	c2 := serve(t, cfg, mk())
 	plain := execute(t, c2, input("go"))
 	final.Metadata.Duration, plain.Metadata.Duration = nil, nil
 	for _, sd := range append(final.GetMetadata().GetSubDispatches(), plain.GetMetadata().GetSubDispatches()...) {

@@ -27,19 +27,20 @@ const (
 	ExitStatusBase = 10 // google.rpc.Status on stdout
 )
 
-// RunOneShot runs one invocation without serving: an OperatorInput as
+// OneShot runs one invocation without serving: an OperatorInput as
 // protojson on stdin, the OperatorOutput as protojson on stdout. On
 // failure stdout holds a google.rpc.Status as protojson (code, message
 // and the ErrorInfo detail, exactly what a gRPC caller would receive) and
 // stderr one line for a person. It returns the process exit code. This is
-// how the environment service runs an operator inside isolation: only
-// data crosses the boundary.
+// how the environment service runs an operator inside isolation (through
+// RunOneShot, which builds the operator from a Config): only data
+// crosses the boundary.
 //
 // A failure always writes a Status, even when the error's text quotes
 // input that is not UTF-8 (it is made valid, each bad byte a U+FFFD) or
 // when the output itself cannot be encoded (an INTERNAL Status); only a
 // stdout that cannot be written leaves it empty.
-func RunOneShot(ctx context.Context, op *Operator, stdin io.Reader, stdout, stderr io.Writer) int {
+func (op *Operator) OneShot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
 	out, err := oneShot(ctx, op, stdin)
 	if err != nil {
 		return writeStatus(stdout, stderr, err)

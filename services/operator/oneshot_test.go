@@ -11,15 +11,22 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/provider"
 )
 
-// oneShotStatus runs RunOneShot on stdin and returns its exit code and
-// the google.rpc.Status it wrote, failing unless stdout holds one.
-func oneShotStatus(t *testing.T, op *operator.Operator, stdin string) (int, *status.Status, string) {
+// oneShotStatus runs RunOneShot on stdin, with model answering as every
+// model, and returns its exit code and the google.rpc.Status it wrote,
+// failing unless stdout holds one.
+func oneShotStatus(t *testing.T, model provider.Provider, stdin string) (int, *status.Status, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := operator.RunOneShot(context.Background(), op, strings.NewReader(stdin), &stdout, &stderr)
+	cfg := operator.Config{Log: harness.Logger(t), Router: provider.Single{Provider: model, Default: "fake-1"}}
+	code, err := operator.RunOneShot(context.Background(), cfg, strings.NewReader(stdin), &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("RunOneShot: %v", err)
+	}
 	st := &status.Status{}
 	if err := protojson.Unmarshal(stdout.Bytes(), st); err != nil {
 		t.Fatalf("exit %d, stdout %q is not a google.rpc.Status: %v (stderr %q)", code, stdout.String(), err, stderr.String())
@@ -41,7 +48,7 @@ func TestOneShotInvalidUTF8(t *testing.T) {
 		{"a lone surrogate escape", `{"message":{"blocks":[{"text":{"text":"\udc00"}}]}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			exit, st, _ := oneShotStatus(t, nil, tt.stdin)
+			exit, st, _ := oneShotStatus(t, &fakeModel{}, tt.stdin)
 			if codes.Code(st.GetCode()) != codes.InvalidArgument || exit != operator.ExitStatusBase+int(codes.InvalidArgument) {
 				t.Errorf("exit %d, status %v; want INVALID_ARGUMENT", exit, st)
 			}
@@ -55,8 +62,7 @@ func TestOneShotInvalidUTF8(t *testing.T) {
 // An output that cannot be encoded (a model reply that is not UTF-8) is
 // an INTERNAL Status on stdout, not an empty stdout.
 func TestOneShotOutputNotUTF8(t *testing.T) {
-	op := newOperator(t, operator.DefaultConfig(), &fakeModel{steps: []step{say("caf\xe9", "0")}})
-	exit, st, stderr := oneShotStatus(t, op, `{"message":{"blocks":[{"text":{"text":"hi"}}]}}`)
+	exit, st, stderr := oneShotStatus(t, &fakeModel{steps: []step{say("caf\xe9", "0")}}, `{"message":{"blocks":[{"text":{"text":"hi"}}]}}`)
 	if codes.Code(st.GetCode()) != codes.Internal || exit != operator.ExitStatusBase+int(codes.Internal) {
 		t.Errorf("exit %d, status %v; want INTERNAL", exit, st)
 	}

@@ -56,7 +56,10 @@ func WithCompaction(s compaction.Strategy, budget func(model string) compaction.
 // logs them.
 func WithPublisher(p Publisher) Option { return func(o *Operator) { o.events = p } }
 
-// New returns an operator. The default model must route.
+// New returns an operator with cfg's invocation defaults (SystemPrompt
+// to HistoryEntries, used as given: they must pass Validate, so start
+// from DefaultConfig; the other fields of cfg are Run's, which builds the
+// router and options from them). The default model must route.
 func New(cfg Config, router provider.Router, log *slog.Logger, opts ...Option) (*Operator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

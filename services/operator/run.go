@@ -4,369 +4,526 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"sync"
+	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/grpc"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
-	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/pkg/money"
-	"github.com/secbear/neuron/pkg/scope"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/middleware/remote"
+	"github.com/secbear/neuron/services/operator/compaction"
+	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/provider/reliable"
+	"github.com/secbear/neuron/services/operator/tool"
 )
 
-// errMaxDuration is the cause of the loop's context when max_duration (or
-// the caller's deadline, less a grace period) runs out.
-var errMaxDuration = errors.New("max duration reached")
+// Defaults of Config that are not zero values: Run's for empty fields,
+// and the binary's flags'.
+const (
+	// DefaultAddr is the listen address when Config.Server.Addr is empty
+	// (--addr).
+	DefaultAddr = "127.0.0.1:7071"
+	// DefaultWorkspace is the built-in tools' directory when
+	// Config.Workspace is empty (--workspace).
+	DefaultWorkspace = ".data/operator/workspace"
+	// DefaultContextReserve is the binary's --context-reserve.
+	DefaultContextReserve = 8192
+)
 
-// run is the state of one invocation.
-type run struct {
-	op       *Operator
-	in       *operatorv1.OperatorInput
-	lim      limits
-	provider provider.Provider
-	model    string
-	specs    []provider.ToolSpec
-	allowed  map[string]bool
-	events   Events
-	log      *slog.Logger
-	start    time.Time
-	keyBase  string
-	// callerBound is set when the caller's deadline, not max_duration,
-	// bounds the loop.
-	callerBound bool
+// DefaultTools are the built-in tools the binary enables (--tools).
+var DefaultTools = []string{"read", "write", "edit", "bash"}
 
-	messages  []provider.Message // the whole context sent to the model
-	newTurns  []provider.Message // what this invocation adds to history
-	lastText  []provider.Part    // text of the latest assistant message
-	usage     provider.Usage
-	cost      decimal.Decimal
-	answered  string // the model that last answered
-	turns     uint32
-	effects   []*typesv1.Effect
-	records   []*operatorv1.SubDispatchRecord
-	failures  int // consecutive failed tool calls
-	nextEffID int
-	emitMu    sync.Mutex // parallel tool calls emit concurrently
+// DefaultModelRetries is the binary's --model-retries: the retries of
+// reliable.DefaultPolicy.
+var DefaultModelRetries = reliable.DefaultPolicy().MaxAttempts - 1
+
+// Config is everything Run needs to serve the operator: what its binary's
+// flags set. Zero values take the defaults noted on each field. Where the
+// binary's default is not the zero value (the built-in and effect tools,
+// the system prompt, the circuit breaker, history entries, sliding-window
+// compaction, model retries), DefaultConfig holds it: start from
+// DefaultConfig to get what `operator` without flags serves.
+//
+// New reads only the invocation defaults, SystemPrompt to
+// HistoryEntries; the other fields are Run's.
+type Config struct {
+	// Server is the listen address, TLS, auth, limits and shutdown
+	// (pkg/grpcserver). Name defaults to "operator", Addr to DefaultAddr.
+	Server grpcserver.Config
+	// Log receives the service's logs; nil discards them.
+	Log *slog.Logger
+	// Listener, when set, is served instead of listening on Server.Addr
+	// (tests, embedding). Run owns it: it is closed when Run returns,
+	// whether Run served or failed to start.
+	Listener net.Listener
+
+	// The defaults of each invocation, which an input's config overrides.
+
+	// SystemPrompt is the agent's identity (--system-prompt); an input's
+	// system_addendum is appended to it, never substituted. Empty: no
+	// system prompt (the binary's default is DefaultSystemPrompt).
+	SystemPrompt string
+	// SystemPromptFile, when set, is read (and trimmed) for the system
+	// prompt instead of SystemPrompt (--system-prompt-file). Run only.
+	SystemPromptFile string
+	// Model is the default model, a catalog name (--model). Empty: the
+	// default model of the first provider with credentials (anthropic,
+	// openai, gemini), else the scripted model. Run refuses one that does
+	// not route (unknown, or its provider has no credentials).
+	Model string
+	// MaxTurns bounds the model calls of an invocation (--max-turns).
+	// Zero: DefaultMaxTurns (New refuses zero).
+	MaxTurns uint32
+	// MaxDuration bounds an invocation's wall-clock time
+	// (--max-duration). Zero: DefaultMaxDuration (New refuses zero);
+	// negative is refused.
+	MaxDuration time.Duration
+	// MaxCost bounds an invocation's cost in USD (--max-cost). Zero:
+	// unbounded; negative is refused.
+	MaxCost decimal.Decimal
+	// MaxTokens caps each model response (--max-tokens). Zero: the
+	// provider's default.
+	MaxTokens int
+	// CircuitBreaker ends the loop after this many consecutive failed
+	// tool calls (--circuit-breaker). Zero: never (the binary's default
+	// is DefaultCircuitBreaker).
+	CircuitBreaker int
+	// HistoryEntries bounds how many past invocations of a session are
+	// read back as context, the oldest left out first
+	// (--history-entries). Zero: all (the binary's default is
+	// DefaultHistoryEntries).
+	HistoryEntries int
+
+	// Models says which model providers Run builds and how: credentials,
+	// base URLs, the catalog, retries, fallbacks and the context
+	// strategy.
+	Models Models
+	// Router, when set, routes every model instead of the providers Run
+	// builds from Models (whose credentials, base URLs, egress proxy,
+	// local models and script are then unused; the catalog still gives
+	// each model's context window to the context strategy, and
+	// FallbackModels still apply). For an embedder's own model provider;
+	// tests use a scripted one.
+	Router provider.Router
+
+	// Workspace is the directory the file tools and bash are confined to,
+	// created if missing (--workspace). Empty: DefaultWorkspace. Unused
+	// when Tools is empty.
+	Workspace string
+	// Tools are the built-in tools to offer: read, write, edit, bash
+	// (--tools). Empty: none (the binary's default is DefaultTools).
+	// bash needs Landlock unless SandboxUnconfined.
+	Tools []string
+	// EffectTools offers the effect tools: write_memory, delete_memory,
+	// delegate, handoff, signal (--effect-tools). The binary's default
+	// is true.
+	EffectTools bool
+	// ExtraTools are Go tools offered beside the built-in, effect and MCP
+	// ones, validated by the same registry (an embedder's own tools).
+	ExtraTools []tool.Tool
+	// MCPConfig is a JSON file of MCP servers whose tools to offer
+	// (--mcp-config). Empty: none.
+	MCPConfig string
+	// ToolTimeout is the timeout of one tool call that sets none itself
+	// (--tool-timeout). Zero: tool.DefaultTimeout.
+	ToolTimeout time.Duration
+	// ToolMaxOutput truncates a tool's output beyond this many bytes,
+	// with a notice (--tool-max-output). Zero: tool.DefaultMaxOutputBytes.
+	ToolMaxOutput int
+	// ToolEnv names variables of this process's environment that bash
+	// commands get too; their environment is otherwise minimal
+	// (--tool-env).
+	ToolEnv []string
+	// ToolReadOnly are extra files or directories bash commands may read
+	// (--tool-read-only).
+	ToolReadOnly []string
+	// SandboxUnconfined runs bash without Landlock when the kernel lacks
+	// it; only with Server.Dev (--sandbox-unconfined).
+	SandboxUnconfined bool
+
+	// State is the State service that session history is read from
+	// (--state-addr and the other --state-* flags); its Dev and Plaintext
+	// follow Server's. Empty Target: inputs that name a session are
+	// refused, unless History is set.
+	State grpcclient.Config
+	// History, when set, is where session history is read from instead of
+	// the State service (an embedder's own store).
+	History History
+	// Hooks are the remote HookService servers, Hooks.Target a
+	// comma-separated list of addresses, each dialled with the rest of
+	// Hooks (--hook-addr and the other --hook-* flags); Dev and Plaintext
+	// follow Server's. A hook that cannot be reached at start-up fails
+	// it: starting without it would silently drop the policy.
+	Hooks grpcclient.Config
+	// HookTimeout is the deadline of each hook call; a slow hook is
+	// skipped, not fatal (--hook-call-timeout). Zero: hook.DefaultTimeout.
+	HookTimeout time.Duration
+	// LocalHooks are Go hooks, run before the remote ones (an embedder's
+	// in-process policy).
+	LocalHooks []hook.Hook
+	// Lifecycle is the LifecycleService that lifecycle events (context
+	// compaction) are published to (--lifecycle-addr and the other
+	// --lifecycle-* flags); Dev and Plaintext follow Server's. Empty
+	// Target: they are logged, unless Publisher is set.
+	Lifecycle grpcclient.Config
+	// Publisher, when set, receives the lifecycle events instead of the
+	// Lifecycle service (an embedder's own bus).
+	Publisher Publisher
+	// Middleware, when Middleware.Client.Target is set, is the remote
+	// policy middleware (layer0.middleware.v1) applied to every
+	// OperatorService call (--middleware-addr and the other
+	// --middleware-* flags); its client's Dev and Plaintext follow
+	// Server's. It is dialled at start-up and, unless FailOpen, start-up
+	// fails when it cannot be reached. Serving only: RunOneShot refuses
+	// it.
+	Middleware remote.Flags
 }
 
-// exit builds an ExitReason.
-func exit(kind operatorv1.ExitKind, format string, args ...any) *operatorv1.ExitReason {
-	return &operatorv1.ExitReason{Kind: kind, Message: fmt.Sprintf(format, args...)}
+// Models configures the model providers Run builds: each one whose
+// credentials are found, wrapped with retries and the catalog's prices.
+type Models struct {
+	// AnthropicKeyFile holds the Anthropic API key
+	// (--anthropic-key-file). Empty: $ANTHROPIC_API_KEY.
+	AnthropicKeyFile string
+	// OpenAIKeyFile holds the OpenAI API key (--openai-key-file). Empty:
+	// $OPENAI_API_KEY.
+	OpenAIKeyFile string
+	// GeminiKeyFile holds the Gemini API key (--gemini-key-file). Empty:
+	// $GEMINI_API_KEY, then $GOOGLE_API_KEY.
+	GeminiKeyFile string
+	// CompatibleKeyFile holds the key of the OpenAI-compatible server, if
+	// it needs one (--compatible-key-file).
+	CompatibleKeyFile string
+	// AnthropicBaseURL is the Anthropic API's base URL
+	// (--anthropic-base-url). Empty: $ANTHROPIC_BASE_URL, else the public
+	// API.
+	AnthropicBaseURL string
+	// OpenAIBaseURL is the OpenAI API's base URL, with /v1
+	// (--openai-base-url). Empty: $OPENAI_BASE_URL, else the public API.
+	OpenAIBaseURL string
+	// GeminiBaseURL is the Gemini API's base URL (--gemini-base-url).
+	// Empty: $GOOGLE_GEMINI_BASE_URL, else the public API.
+	GeminiBaseURL string
+	// CompatibleBaseURL is the base URL of an OpenAI-compatible server
+	// such as Ollama or vLLM, e.g. http://127.0.0.1:11434/v1
+	// (--compatible-base-url). Empty: $OPENAI_BASE_URL when no OpenAI key
+	// is set, else none.
+	CompatibleBaseURL string
+	// OpenAIAPI is the API of OpenAI models: "chat" (Chat Completions) or
+	// "responses" (Responses, chained per session) (--openai-api). Empty:
+	// chat.
+	OpenAIAPI string
+	// EgressProxy sends all model traffic through this HTTP proxy:
+	// http://HOST:PORT, or unix:///PATH for a proxy on a Unix socket
+	// (--egress-proxy). Empty: $HTTPS_PROXY and the other proxy variables.
+	EgressProxy string
+	// Catalog is a model catalog file adding to or replacing entries of
+	// the built-in one (--catalog). Empty: the built-in catalog.
+	Catalog string
+	// LocalModels are model names the OpenAI-compatible server serves,
+	// added to the catalog, free (--local-models).
+	LocalModels []string
+	// FallbackModels are tried in order when the default model keeps
+	// failing with retryable errors (--fallback-models).
+	FallbackModels []string
+	// Retries are the retries of a model call after a transient error
+	// (429, 5xx, reset), with backoff and Retry-After (--model-retries).
+	// Zero (or negative): none (the binary's default is
+	// DefaultModelRetries).
+	Retries int
+	// Compaction is the context strategy: none, sliding or summarize
+	// (--compaction). Empty: none (the binary's default is sliding).
+	Compaction string
+	// ContextReserve is the tokens of a model's context window kept free
+	// for the response when compacting (--context-reserve). Zero: none
+	// (the binary's default is DefaultContextReserve).
+	ContextReserve int
+	// Script is a JSON script file of the scripted model (--script).
+	// Empty: its echo rules.
+	Script string
 }
 
-// deadline is when the loop must stop: max_duration, or shortly before the
-// caller's own deadline so that the caller still receives the output.
-func (r *run) deadline(ctx context.Context) time.Time {
-	d := r.start.Add(r.lim.maxDuration)
-	if cd, ok := ctx.Deadline(); ok {
-		grace := min(time.Second, time.Until(cd)/10)
-		if cd.Add(-grace).Before(d) {
-			d = cd.Add(-grace)
-			r.callerBound = true
-		}
+// DefaultConfig returns the binary's defaults: every flag's default.
+func DefaultConfig() Config {
+	return Config{
+		Server:         grpcserver.Config{Name: "operator", Addr: DefaultAddr},
+		SystemPrompt:   DefaultSystemPrompt,
+		MaxTurns:       DefaultMaxTurns,
+		MaxDuration:    DefaultMaxDuration,
+		CircuitBreaker: DefaultCircuitBreaker,
+		HistoryEntries: DefaultHistoryEntries,
+		Models: Models{
+			OpenAIAPI:      "chat",
+			Retries:        DefaultModelRetries,
+			Compaction:     compaction.NameSliding,
+			ContextReserve: DefaultContextReserve,
+		},
+		Workspace:     DefaultWorkspace,
+		Tools:         append([]string(nil), DefaultTools...),
+		EffectTools:   true,
+		ToolTimeout:   tool.DefaultTimeout,
+		ToolMaxOutput: tool.DefaultMaxOutputBytes,
+		HookTimeout:   hook.DefaultTimeout,
 	}
-	return d
 }
 
-func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
-	loopCtx, cancel := context.WithDeadlineCause(ctx, r.deadline(ctx), errMaxDuration)
-	defer cancel()
+// ErrServe marks the errors Run returns once everything was set up: the
+// listener failed, or serving did. Any other error from Run is a bad
+// Config or a failed start-up (the binary exits 2 on those and 1 on
+// these). The error's text is unchanged by the mark.
+var ErrServe = errors.New("serving failed")
 
-	if sid := r.in.GetSessionId(); r.in.SessionId != nil {
-		hist, err := r.op.history.Load(loopCtx, sid, r.op.cfg.HistoryEntries)
-		if err != nil {
-			if reason, ok := r.timedOut(ctx, loopCtx); ok {
-				return r.finish(reason)
+type serveErr struct{ err error }
+
+func (e serveErr) Error() string        { return e.err.Error() }
+func (e serveErr) Unwrap() error        { return e.err }
+func (e serveErr) Is(target error) bool { return target == ErrServe }
+
+// Run serves the operator until ctx ends, then stops gracefully (health
+// turns NOT_SERVING, in-flight calls get Server.ShutdownTimeout) and
+// returns nil. A bad Config or a failed start-up is an error naming the
+// setting (and its flag, e.g. `--tools: unknown tool "fly"; ...`) before
+// anything is served; an error after that wraps ErrServe.
+//
+// The order of start-up: the Config's values are checked; the policy
+// middleware, when configured, is dialled; the server is built (a bad
+// security config fails here, before anything else is set up); then the
+// operator: the model providers and catalog, the tools (the workspace is
+// created), the MCP servers, the lifecycle publisher, the State client
+// and the hooks (each remote hook is asked to Describe itself); then it
+// serves. The OperatorService's interceptors, outermost first: the
+// standard chain of pkg/grpcserver (call log, error mapping, recovery,
+// auth, protovalidate), then the middleware.
+func Run(ctx context.Context, cfg Config) error {
+	served := false
+	if cfg.Listener != nil {
+		defer func() {
+			if !served {
+				cfg.Listener.Close()
 			}
-			return nil, err
-		}
-		r.messages = hist
+		}()
 	}
-	user := provider.Message{Role: provider.User, Parts: toParts(r.in.GetMessage(), r.log)}
-	r.messages = append(r.messages, user)
-	r.newTurns = append(r.newTurns, user)
-
-	for {
-		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE, nil); reason != nil {
-			return r.finish(reason)
-		}
-		if err := r.compact(loopCtx); err != nil {
-			if reason, ok := r.timedOut(ctx, loopCtx); ok {
-				return r.finish(reason)
-			}
-			return nil, err
-		}
-		resp, err := r.callModel(loopCtx)
-		if err != nil {
-			if reason, ok := r.timedOut(ctx, loopCtx); ok {
-				return r.finish(reason)
-			}
-			return nil, err
-		}
-		assistant := provider.Message{Role: provider.Assistant, Parts: resp.Parts}
-		r.messages = append(r.messages, assistant)
-		r.newTurns = append(r.newTurns, assistant)
-		r.lastText = resp.Parts
-		uses := resp.ToolUses()
-
-		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE, func(hc *operatorv1.HookContext) {
-			hc.ModelOutput = textContent(resp.Parts)
-		}); reason != nil {
-			r.answerPending(uses, "not run: "+reason.GetMessage())
-			return r.finish(reason)
-		}
-		switch resp.Stop {
-		case provider.StopMaxTokens:
-			return nil, fmt.Errorf("the model's output was cut off at its max-tokens limit in turn %d; raise the output limit or ask for a shorter answer: %w", r.turns, errs.NonRetryable)
-		case provider.StopContentFilter:
-			return nil, fmt.Errorf("the model provider stopped the response with its content filter in turn %d; rephrase the request: %w", r.turns, errs.NonRetryable)
-		}
-		if len(uses) == 0 {
-			return r.finish(exit(operatorv1.ExitKind_EXIT_KIND_COMPLETE, ""))
-		}
-
-		halt, err := r.runTools(loopCtx, uses)
-		if err != nil {
-			return nil, err
-		}
-		if halt != nil {
-			return r.finish(halt)
-		}
-		if reason := r.checkLimits(ctx, loopCtx); reason != nil {
-			return r.finish(reason)
-		}
-		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_EXIT_CHECK, nil); reason != nil {
-			return r.finish(reason)
-		}
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return err
 	}
-}
-
-// timedOut reports whether the loop context ended because of max_duration
-// while the caller's context is still live.
-func (r *run) timedOut(ctx, loopCtx context.Context) (*operatorv1.ExitReason, bool) {
-	if ctx.Err() == nil && errors.Is(context.Cause(loopCtx), errMaxDuration) {
-		if r.callerBound {
-			return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "stopped after %d turns to answer before the caller's deadline", r.turns), true
-		}
-		return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "max duration of %s reached after %d turns", r.lim.maxDuration, r.turns), true
-	}
-	return nil, false
-}
-
-// checkLimits runs the exit checks that follow a turn's tools.
-func (r *run) checkLimits(ctx, loopCtx context.Context) *operatorv1.ExitReason {
-	if n := r.op.cfg.CircuitBreaker; n > 0 && r.failures >= n {
-		return exit(operatorv1.ExitKind_EXIT_KIND_CIRCUIT_BREAKER, "%d consecutive tool calls failed", r.failures)
-	}
-	if r.lim.costBounded && (r.cost.GreaterThan(r.lim.maxCost) || (r.lim.maxCost.IsPositive() && r.cost.Equal(r.lim.maxCost))) {
-		return exit(operatorv1.ExitKind_EXIT_KIND_BUDGET_EXHAUSTED, "spent %s USD of a %s USD budget", r.cost.String(), r.lim.maxCost.String())
-	}
-	if reason, ok := r.timedOut(ctx, loopCtx); ok {
-		return reason
-	}
-	if r.turns >= r.lim.maxTurns {
-		return exit(operatorv1.ExitKind_EXIT_KIND_MAX_TURNS, "max turns (%d) reached and the model still wants to continue", r.lim.maxTurns)
-	}
-	return nil
-}
-
-// compact runs the context strategy before a model call. The stored
-// conversation (newTurns) is never compacted, only what the model is
-// shown; a summary call's usage and cost count toward the invocation.
-func (r *run) compact(ctx context.Context) error {
-	out, rep, err := r.op.compact.Compact(ctx, r.lim.system, r.specs, r.messages, r.op.budget(r.model))
+	log := cfg.Log
+	// The server first, with the policy middleware when one is
+	// configured: a bad security config, or a fail-closed middleware that
+	// cannot be reached, fails before anything else is set up.
+	mw, closeMW, err := remote.Dial(ctx, cfg.Middleware, log)
 	if err != nil {
 		return err
 	}
-	if rep == nil {
-		return nil
+	defer closeMW()
+	var opts []grpcserver.Option
+	if mw != nil {
+		u, s := mw.ExecServerInterceptors()
+		opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{u}, []grpc.StreamServerInterceptor{s}))
 	}
-	r.messages = out
-	r.usage = r.usage.Add(rep.Usage)
-	r.cost = r.cost.Add(rep.Cost)
-	freed := max(rep.TokensBefore-rep.TokensAfter, 0)
-	r.log.Info("context compacted", "strategy", rep.Strategy, "tokens_before", rep.TokensBefore, "tokens_after", rep.TokensAfter,
-		"messages_before", rep.MessagesBefore, "messages_after", rep.MessagesAfter, "over_budget", rep.OverBudget, "err", rep.Err)
-	d := r.in.GetDispatch()
-	r.op.events.Publish(&lifecyclev1.LifecycleEvent{
-		WorkflowId: d.GetWorkflowId(), AgentId: d.GetAgentId(), CorrelationId: d.GetCorrelationId(),
-		Event: &lifecyclev1.LifecycleEvent_Compaction{Compaction: &lifecyclev1.CompactionEvent{
-			Kind: &lifecyclev1.CompactionEvent_CompactionComplete{CompactionComplete: &lifecyclev1.CompactionComplete{
-				AgentId: d.GetAgentId(), Strategy: rep.Strategy, TokensFreed: uint64(freed),
-			}},
-		}},
-	})
-	return nil
-}
-
-// callModel runs one model call and accounts for it.
-func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
-	r.turns++
-	turn := r.turns
-	req := &provider.Request{
-		Model:     r.model,
-		System:    r.lim.system,
-		Messages:  r.messages,
-		Tools:     r.specs,
-		MaxTokens: r.op.cfg.MaxTokens,
-		Metadata:  r.in.GetMetadata().AsMap(),
-		SessionID: r.in.GetSessionId(),
-	}
-	if r.events != nil {
-		req.OnText = func(text string) {
-			if text == "" {
-				return
-			}
-			// A failed send means the client is gone; its context ends
-			// the call, so the error itself can be dropped here.
-			_ = r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_TextDelta{
-				TextDelta: &operatorv1.TextDelta{Turn: turn, Text: text},
-			}})
-		}
-	}
-	resp, err := r.provider.Complete(ctx, req)
+	srv, err := grpcserver.New(cfg.Server, log, opts...)
 	if err != nil {
-		return nil, r.modelErr(ctx, err)
+		return err
 	}
-	if resp.Cost.IsNegative() {
-		return nil, fmt.Errorf("provider %s reported a negative cost %s: %w", r.provider.Name(), resp.Cost, errs.Internal)
+	op, cleanup, err := build(ctx, cfg, false)
+	if err != nil {
+		return err
 	}
-	r.usage = r.usage.Add(resp.Usage)
-	r.cost = r.cost.Add(resp.Cost)
-	r.answered = resp.Model
-	if r.answered == "" {
-		r.answered = r.model
+	defer cleanup()
+	operatorv1.RegisterOperatorServiceServer(srv, NewServer(op))
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = srv.Listen(); err != nil {
+			return serveErr{err}
+		}
 	}
-	r.log.Debug("model call", "turn", turn, "model", r.answered, "stop", resp.Stop.String(),
-		"tokens_in", resp.Usage.InputTokens, "tokens_out", resp.Usage.OutputTokens, "cost", resp.Cost.String())
-	if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ModelCallFinished{
-		ModelCallFinished: &operatorv1.ModelCallFinished{
-			Turn: turn, Model: r.answered,
-			TokensIn: resp.Usage.InputTokens, TokensOut: resp.Usage.OutputTokens,
-			Cost: money.FromDecimal(resp.Cost), CumulativeCost: money.FromDecimal(r.cost),
-		},
-	}}); err != nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-// modelErr classifies a provider failure. Providers wrap an errs kind; a
-// bare error (a transport failure the provider did not classify) is
-// treated as retryable.
-func (r *run) modelErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	var k *errs.Kind
-	if errors.As(err, &k) {
-		return fmt.Errorf("model %s (provider %s): %w", r.model, r.provider.Name(), err)
-	}
-	return fmt.Errorf("model %s (provider %s): %v: %w", r.model, r.provider.Name(), err, errs.Retryable)
-}
-
-// emit sends a progress event when streaming.
-func (r *run) emit(ev *operatorv1.ExecuteStreamResponse) error {
-	if r.events == nil {
-		return nil
-	}
-	r.emitMu.Lock()
-	defer r.emitMu.Unlock()
-	if err := r.events(ev); err != nil {
-		return fmt.Errorf("sending progress: %w", err)
+	served = true
+	if err := srv.Serve(ctx, lis); err != nil {
+		return serveErr{err}
 	}
 	return nil
 }
 
-// effectKey is the idempotency key of the next declared effect:
-// deterministic in the dispatch id and the order of declaration.
-func (r *run) effectKey() string {
-	r.nextEffID++
-	return fmt.Sprintf("%s/effect/%d", r.keyBase, r.nextEffID)
+// RunOneShot runs one invocation on the operator cfg describes, without
+// serving: an OperatorInput as protojson on stdin, the OperatorOutput (or
+// the google.rpc.Status of a failure) on stdout, one line for a person on
+// stderr; see (*Operator).OneShot for the exit codes it returns. This is
+// how the environment service runs an operator inside isolation (the
+// binary's --one-shot). Server's address, TLS and auth, Listener and
+// Middleware do not apply (Server.Dev still allows SandboxUnconfined and
+// turns the clients' TLS off); bash commands run under the namespaces of
+// the sandbox around the process, with their own Landlock ruleset,
+// filter and limits, instead of getting namespaces of their own. A bad
+// Config or a failed start-up is an error, before stdin is read.
+func RunOneShot(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if cfg.Middleware.Client.Target != "" {
+		// One-shot runs under the environment service, whose own exec
+		// middleware applies; ignoring the setting here would silently
+		// drop the policy.
+		return 0, errors.New("--middleware-addr applies in serving mode only; in --one-shot mode the caller (the environment service) applies middleware")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return 0, err
+	}
+	op, cleanup, err := build(ctx, cfg, true)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	return op.OneShot(ctx, stdin, stdout, stderr), nil
 }
 
-// declare records an effect and announces it.
-func (r *run) declare(e *typesv1.Effect) error {
-	r.effects = append(r.effects, e)
-	return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
-		EffectDeclared: &operatorv1.EffectDeclared{Effect: e},
-	}})
+// withDefaults fills the zero values that stand for a default, and makes
+// the clients dial as the server serves.
+func (c Config) withDefaults() Config {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Server.Name == "" {
+		c.Server.Name = "operator"
+	}
+	if c.Server.Addr == "" {
+		c.Server.Addr = DefaultAddr
+	}
+	if c.MaxTurns == 0 {
+		c.MaxTurns = DefaultMaxTurns
+	}
+	if c.MaxDuration == 0 {
+		c.MaxDuration = DefaultMaxDuration
+	}
+	if c.Workspace == "" {
+		c.Workspace = DefaultWorkspace
+	}
+	for _, cc := range []*grpcclient.Config{&c.State, &c.Hooks, &c.Lifecycle, &c.Middleware.Client} {
+		cc.Dev, cc.Plaintext = c.Server.Dev, c.Server.Plaintext
+	}
+	return c
 }
 
-// finish builds the output: the history effect first (so that a delegate
-// or handoff in the same output sees this turn), then the declared
-// effects in order.
-func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput, error) {
-	effects := r.effects
-	if r.in.SessionId != nil {
-		value, err := encodeEntry(r.in.GetDispatch().GetDispatchId(), r.newTurns)
+// check reports the settings that are wrong whatever else happens, before
+// anything is dialled or opened.
+func (c Config) check() error {
+	if c.SandboxUnconfined && !c.Server.Dev {
+		return errors.New("--sandbox-unconfined is only allowed with --dev")
+	}
+	return nil
+}
+
+// build constructs the operator and its dependencies from cfg (with its
+// defaults filled). oneShot says bash runs inside an environment
+// backend's sandbox.
+func build(ctx context.Context, cfg Config, oneShot bool) (*Operator, func(), error) {
+	log := cfg.Log
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(err error) (*Operator, func(), error) {
+		cleanup()
+		return nil, func() {}, err
+	}
+
+	if cfg.SystemPromptFile != "" {
+		b, err := os.ReadFile(cfg.SystemPromptFile)
 		if err != nil {
-			return nil, fmt.Errorf("encoding history: %v: %w", err, errs.Internal)
+			return fail(fmt.Errorf("--system-prompt-file: %w", err))
 		}
-		hist := &typesv1.Effect{
-			IdempotencyKey: r.keyBase + "/history",
-			Kind: &typesv1.Effect_WriteMemory{WriteMemory: &typesv1.WriteMemory{
-				Scope: scope.Session(r.in.GetSessionId()),
-				Key:   fmt.Sprintf("%s%020d-%s", HistoryPrefix, r.start.UnixNano(), shortKey(r.keyBase)),
-				Value: value,
-			}},
+		cfg.SystemPrompt = strings.TrimSpace(string(b))
+	}
+	router, cat, strategy, err := models(cfg, log)
+	if err != nil {
+		return fail(err)
+	}
+	tools, closeTools, err := toolRegistry(cfg, oneShot, log)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, closeTools)
+	if cfg.MCPConfig != "" {
+		closeMCP, err := mcpTools(ctx, cfg, tools, log)
+		if err != nil {
+			return fail(err)
 		}
-		if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
-			EffectDeclared: &operatorv1.EffectDeclared{Effect: hist},
-		}}); err != nil {
-			return nil, err
+		closers = append(closers, closeMCP)
+	}
+	opts := []Option{
+		WithTools(tools),
+		WithCompaction(strategy, budgetFor(cat, cfg.Models.ContextReserve)),
+	}
+	switch {
+	case cfg.Publisher != nil:
+		opts = append(opts, WithPublisher(cfg.Publisher))
+	case cfg.Lifecycle.Target != "":
+		conn, err := grpcclient.Dial(cfg.Lifecycle)
+		if err != nil {
+			return fail(fmt.Errorf("--lifecycle-addr: %w", err))
 		}
-		effects = append([]*typesv1.Effect{hist}, effects...)
+		pub := NewLifecyclePublisher(lifecyclev1.NewLifecycleServiceClient(conn), log, 0)
+		closers = append(closers, func() { pub.Close(); conn.Close() })
+		opts = append(opts, WithPublisher(pub))
 	}
-	out := &operatorv1.OperatorOutput{
-		Message:    textContent(r.lastText),
-		ExitReason: reason,
-		Effects:    effects,
-		Metadata: &operatorv1.OperatorMetadata{
-			TokensIn:         r.usage.InputTokens,
-			TokensOut:        r.usage.OutputTokens,
-			CacheReadTokens:  r.usage.CacheReadTokens,
-			CacheWriteTokens: r.usage.CacheWriteTokens,
-			Cost:             money.FromDecimal(r.cost),
-			TurnsUsed:        r.turns,
-			SubDispatches:    r.records,
-			Duration:         durationpb.New(time.Since(r.start)),
-			Model:            r.answered,
-			Provider:         r.provider.Name(),
-		},
-	}
-	if out.Metadata.Model == "" {
-		out.Metadata.Model = r.model
-	}
-	if r.provider.Name() == provider.ScriptedName {
-		out.Annotations = &structpb.Struct{Fields: map[string]*structpb.Value{
-			"neuron.model_notice": structpb.NewStringValue("SCRIPTED MODEL: this output came from the built-in deterministic script, not from a language model"),
-		}}
-	}
-	r.log.Info("invocation finished", "exit", reason.GetKind().String(), "turns", r.turns,
-		"tokens_in", r.usage.InputTokens, "tokens_out", r.usage.OutputTokens, "cost", r.cost.String(),
-		"effects", len(effects), "duration", time.Since(r.start).Round(time.Millisecond).String())
-	return out, nil
-}
 
-// shortKey is a key-safe, bounded form of s for use inside a state key.
-func shortKey(s string) string {
-	const max = 64
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			b[i] = '_'
+	switch {
+	case cfg.History != nil:
+		opts = append(opts, WithHistory(cfg.History))
+	case cfg.State.Target != "":
+		conn, err := grpcclient.Dial(cfg.State)
+		if err != nil {
+			return fail(fmt.Errorf("--state-addr: %w", err))
 		}
+		closers = append(closers, func() { conn.Close() })
+		opts = append(opts, WithHistory(StateHistory{Client: statev1.NewStateServiceClient(conn), Log: log}))
+		log.Info("session history from the state service", "addr", cfg.State.Target)
+	default:
+		log.Warn("no --state-addr: inputs that name a session will be refused")
 	}
-	if len(b) > max {
-		b = b[:max]
+
+	if len(cfg.LocalHooks) > 0 || cfg.Hooks.Target != "" {
+		reg := hook.NewRegistry(log, hook.WithTimeout(cfg.HookTimeout))
+		for _, h := range cfg.LocalHooks {
+			reg.Add(h)
+		}
+		for _, addr := range strings.Split(cfg.Hooks.Target, ",") {
+			addr = strings.TrimSpace(addr)
+			if addr == "" {
+				continue
+			}
+			c := cfg.Hooks
+			c.Target = addr
+			conn, err := grpcclient.Dial(c)
+			if err != nil {
+				return fail(fmt.Errorf("--hook-addr %s: %w", addr, err))
+			}
+			closers = append(closers, func() { conn.Close() })
+			// A configured policy hook that cannot be reached at start-up
+			// is a configuration error: starting without it would
+			// silently drop the policy.
+			remote, err := hook.DialRemote(ctx, conn, cfg.HookTimeout)
+			if err != nil {
+				return fail(err)
+			}
+			reg.Add(remote)
+			log.Info("remote hook", "name", remote.Name(), "addr", addr, "points", fmt.Sprint(remote.Points()))
+		}
+		opts = append(opts, WithHooks(reg))
 	}
-	return string(b)
+
+	op, err := New(cfg, router, log, opts...)
+	if err != nil {
+		return fail(err)
+	}
+	return op, cleanup, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,10 +20,12 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/provider/openai"
 	"github.com/secbear/neuron/services/operator/tool"
@@ -101,22 +104,21 @@ func peakRSS() float64 {
 	return 0
 }
 
-// newOperator is the operator under test: the OpenAI-compatible provider
-// against the mock, and the noop tool.
-func newOperator(b *testing.B, log *slog.Logger) *operator.Operator {
+// config is the operator under test, as Run takes it: the binary's
+// defaults for each invocation (system prompt, limits), the
+// OpenAI-compatible provider against the mock as every model, the noop
+// tool and nothing else (no built-in or effect tools, no compaction).
+func config(b *testing.B, log *slog.Logger) operator.Config {
 	p, err := openai.NewCompatible(openai.Config{BaseURL: mock(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	reg := tool.NewRegistry()
-	if err := reg.Register(noop{}); err != nil {
-		b.Fatal(err)
-	}
-	op, err := operator.New(operator.DefaultConfig(), provider.Single{Provider: p, Default: model}, log, operator.WithTools(reg))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return op
+	cfg := operator.DefaultConfig()
+	cfg.Log = log
+	cfg.Router = provider.Single{Provider: p, Default: model}
+	cfg.Tools, cfg.EffectTools, cfg.Models.Compaction = nil, false, compaction.NameNone
+	cfg.ExtraTools = []tool.Tool{noop{}}
+	return cfg
 }
 
 // measure runs one warm-up iteration, then b.N timed ones, and reports.
@@ -134,23 +136,15 @@ func measure(b *testing.B, run func()) {
 // BenchmarkOperatorLoop is one Execute through the real service per
 // iteration: two model calls and one tool call.
 func BenchmarkOperatorLoop(b *testing.B) {
-	log := slog.New(slog.DiscardHandler)
-	op := newOperator(b, log)
-	srv, err := grpcserver.New(grpcserver.Config{Name: "operator", Addr: "127.0.0.1:0", Dev: true}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	operatorv1.RegisterOperatorServiceServer(srv, operator.NewServer(op))
-	lis, err := srv.Listen()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() { cancel(); <-done }()
+	cfg := config(b, slog.New(slog.DiscardHandler))
+	// The service as the binary starts it: operator.Run, its server chain.
+	cfg.Server = grpcserver.Config{Name: "operator", Dev: true}
+	addr := harness.Serve(b, func(ctx context.Context, lis net.Listener) error {
+		cfg.Listener = lis
+		return operator.Run(ctx, cfg)
+	})
 	// The client is the one the orchestrator and the CLI use.
-	conn, err := grpcclient.Dial(grpcclient.Config{Target: lis.Addr().String(), Dev: true})
+	conn, err := grpcclient.Dial(grpcclient.Config{Target: addr, Dev: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,9 +165,20 @@ func BenchmarkOperatorLoop(b *testing.B) {
 }
 
 // BenchmarkOperatorInProcess is the same loop called in process, without
-// the gRPC hop and server chain, to split the overhead.
+// the gRPC hop and server chain, to split the overhead: the operator
+// built by hand from the same Config, as Run builds it.
 func BenchmarkOperatorInProcess(b *testing.B) {
-	op := newOperator(b, slog.New(slog.DiscardHandler))
+	cfg := config(b, slog.New(slog.DiscardHandler))
+	reg := tool.NewRegistry()
+	for _, t := range cfg.ExtraTools {
+		if err := reg.Register(t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	op, err := operator.New(cfg, cfg.Router, cfg.Log, operator.WithTools(reg))
+	if err != nil {
+		b.Fatal(err)
+	}
 	in := &operatorv1.OperatorInput{Message: content.Text("call noop once, then say done")}
 	run := func() {
 		out, err := op.Execute(context.Background(), in, nil)

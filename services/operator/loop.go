@@ -1,0 +1,372 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/operator/provider"
+)
+
+// errMaxDuration is the cause of the loop's context when max_duration (or
+// the caller's deadline, less a grace period) runs out.
+var errMaxDuration = errors.New("max duration reached")
+
+// run is the state of one invocation.
+type run struct {
+	op       *Operator
+	in       *operatorv1.OperatorInput
+	lim      limits
+	provider provider.Provider
+	model    string
+	specs    []provider.ToolSpec
+	allowed  map[string]bool
+	events   Events
+	log      *slog.Logger
+	start    time.Time
+	keyBase  string
+	// callerBound is set when the caller's deadline, not max_duration,
+	// bounds the loop.
+	callerBound bool
+
+	messages  []provider.Message // the whole context sent to the model
+	newTurns  []provider.Message // what this invocation adds to history
+	lastText  []provider.Part    // text of the latest assistant message
+	usage     provider.Usage
+	cost      decimal.Decimal
+	answered  string // the model that last answered
+	turns     uint32
+	effects   []*typesv1.Effect
+	records   []*operatorv1.SubDispatchRecord
+	failures  int // consecutive failed tool calls
+	nextEffID int
+	emitMu    sync.Mutex // parallel tool calls emit concurrently
+}
+
+// exit builds an ExitReason.
+func exit(kind operatorv1.ExitKind, format string, args ...any) *operatorv1.ExitReason {
+	return &operatorv1.ExitReason{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// deadline is when the loop must stop: max_duration, or shortly before the
+// caller's own deadline so that the caller still receives the output.
+func (r *run) deadline(ctx context.Context) time.Time {
+	d := r.start.Add(r.lim.maxDuration)
+	if cd, ok := ctx.Deadline(); ok {
+		grace := min(time.Second, time.Until(cd)/10)
+		if cd.Add(-grace).Before(d) {
+			d = cd.Add(-grace)
+			r.callerBound = true
+		}
+	}
+	return d
+}
+
+func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
+	loopCtx, cancel := context.WithDeadlineCause(ctx, r.deadline(ctx), errMaxDuration)
+	defer cancel()
+
+	if sid := r.in.GetSessionId(); r.in.SessionId != nil {
+		hist, err := r.op.history.Load(loopCtx, sid, r.op.cfg.HistoryEntries)
+		if err != nil {
+			if reason, ok := r.timedOut(ctx, loopCtx); ok {
+				return r.finish(reason)
+			}
+			return nil, err
+		}
+		r.messages = hist
+	}
+	user := provider.Message{Role: provider.User, Parts: toParts(r.in.GetMessage(), r.log)}
+	r.messages = append(r.messages, user)
+	r.newTurns = append(r.newTurns, user)
+
+	for {
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE, nil); reason != nil {
+			return r.finish(reason)
+		}
+		if err := r.compact(loopCtx); err != nil {
+			if reason, ok := r.timedOut(ctx, loopCtx); ok {
+				return r.finish(reason)
+			}
+			return nil, err
+		}
+		resp, err := r.callModel(loopCtx)
+		if err != nil {
+			if reason, ok := r.timedOut(ctx, loopCtx); ok {
+				return r.finish(reason)
+			}
+			return nil, err
+		}
+		assistant := provider.Message{Role: provider.Assistant, Parts: resp.Parts}
+		r.messages = append(r.messages, assistant)
+		r.newTurns = append(r.newTurns, assistant)
+		r.lastText = resp.Parts
+		uses := resp.ToolUses()
+
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE, func(hc *operatorv1.HookContext) {
+			hc.ModelOutput = textContent(resp.Parts)
+		}); reason != nil {
+			r.answerPending(uses, "not run: "+reason.GetMessage())
+			return r.finish(reason)
+		}
+		switch resp.Stop {
+		case provider.StopMaxTokens:
+			return nil, fmt.Errorf("the model's output was cut off at its max-tokens limit in turn %d; raise the output limit or ask for a shorter answer: %w", r.turns, errs.NonRetryable)
+		case provider.StopContentFilter:
+			return nil, fmt.Errorf("the model provider stopped the response with its content filter in turn %d; rephrase the request: %w", r.turns, errs.NonRetryable)
+		}
+		if len(uses) == 0 {
+			return r.finish(exit(operatorv1.ExitKind_EXIT_KIND_COMPLETE, ""))
+		}
+
+		halt, err := r.runTools(loopCtx, uses)
+		if err != nil {
+			return nil, err
+		}
+		if halt != nil {
+			return r.finish(halt)
+		}
+		if reason := r.checkLimits(ctx, loopCtx); reason != nil {
+			return r.finish(reason)
+		}
+		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_EXIT_CHECK, nil); reason != nil {
+			return r.finish(reason)
+		}
+	}
+}
+
+// timedOut reports whether the loop context ended because of max_duration
+// while the caller's context is still live.
+func (r *run) timedOut(ctx, loopCtx context.Context) (*operatorv1.ExitReason, bool) {
+	if ctx.Err() == nil && errors.Is(context.Cause(loopCtx), errMaxDuration) {
+		if r.callerBound {
+			return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "stopped after %d turns to answer before the caller's deadline", r.turns), true
+		}
+		return exit(operatorv1.ExitKind_EXIT_KIND_TIMEOUT, "max duration of %s reached after %d turns", r.lim.maxDuration, r.turns), true
+	}
+	return nil, false
+}
+
+// checkLimits runs the exit checks that follow a turn's tools.
+func (r *run) checkLimits(ctx, loopCtx context.Context) *operatorv1.ExitReason {
+	if n := r.op.cfg.CircuitBreaker; n > 0 && r.failures >= n {
+		return exit(operatorv1.ExitKind_EXIT_KIND_CIRCUIT_BREAKER, "%d consecutive tool calls failed", r.failures)
+	}
+	if r.lim.costBounded && (r.cost.GreaterThan(r.lim.maxCost) || (r.lim.maxCost.IsPositive() && r.cost.Equal(r.lim.maxCost))) {
+		return exit(operatorv1.ExitKind_EXIT_KIND_BUDGET_EXHAUSTED, "spent %s USD of a %s USD budget", r.cost.String(), r.lim.maxCost.String())
+	}
+	if reason, ok := r.timedOut(ctx, loopCtx); ok {
+		return reason
+	}
+	if r.turns >= r.lim.maxTurns {
+		return exit(operatorv1.ExitKind_EXIT_KIND_MAX_TURNS, "max turns (%d) reached and the model still wants to continue", r.lim.maxTurns)
+	}
+	return nil
+}
+
+// compact runs the context strategy before a model call. The stored
+// conversation (newTurns) is never compacted, only what the model is
+// shown; a summary call's usage and cost count toward the invocation.
+func (r *run) compact(ctx context.Context) error {
+	out, rep, err := r.op.compact.Compact(ctx, r.lim.system, r.specs, r.messages, r.op.budget(r.model))
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return nil
+	}
+	r.messages = out
+	r.usage = r.usage.Add(rep.Usage)
+	r.cost = r.cost.Add(rep.Cost)
+	freed := max(rep.TokensBefore-rep.TokensAfter, 0)
+	r.log.Info("context compacted", "strategy", rep.Strategy, "tokens_before", rep.TokensBefore, "tokens_after", rep.TokensAfter,
+		"messages_before", rep.MessagesBefore, "messages_after", rep.MessagesAfter, "over_budget", rep.OverBudget, "err", rep.Err)
+	d := r.in.GetDispatch()
+	r.op.events.Publish(&lifecyclev1.LifecycleEvent{
+		WorkflowId: d.GetWorkflowId(), AgentId: d.GetAgentId(), CorrelationId: d.GetCorrelationId(),
+		Event: &lifecyclev1.LifecycleEvent_Compaction{Compaction: &lifecyclev1.CompactionEvent{
+			Kind: &lifecyclev1.CompactionEvent_CompactionComplete{CompactionComplete: &lifecyclev1.CompactionComplete{
+				AgentId: d.GetAgentId(), Strategy: rep.Strategy, TokensFreed: uint64(freed),
+			}},
+		}},
+	})
+	return nil
+}
+
+// callModel runs one model call and accounts for it.
+func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
+	r.turns++
+	turn := r.turns
+	req := &provider.Request{
+		Model:     r.model,
+		System:    r.lim.system,
+		Messages:  r.messages,
+		Tools:     r.specs,
+		MaxTokens: r.op.cfg.MaxTokens,
+		Metadata:  r.in.GetMetadata().AsMap(),
+		SessionID: r.in.GetSessionId(),
+	}
+	if r.events != nil {
+		req.OnText = func(text string) {
+			if text == "" {
+				return
+			}
+			// A failed send means the client is gone; its context ends
+			// the call, so the error itself can be dropped here.
+			_ = r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_TextDelta{
+				TextDelta: &operatorv1.TextDelta{Turn: turn, Text: text},
+			}})
+		}
+	}
+	resp, err := r.provider.Complete(ctx, req)
+	if err != nil {
+		return nil, r.modelErr(ctx, err)
+	}
+	if resp.Cost.IsNegative() {
+		return nil, fmt.Errorf("provider %s reported a negative cost %s: %w", r.provider.Name(), resp.Cost, errs.Internal)
+	}
+	r.usage = r.usage.Add(resp.Usage)
+	r.cost = r.cost.Add(resp.Cost)
+	r.answered = resp.Model
+	if r.answered == "" {
+		r.answered = r.model
+	}
+	r.log.Debug("model call", "turn", turn, "model", r.answered, "stop", resp.Stop.String(),
+		"tokens_in", resp.Usage.InputTokens, "tokens_out", resp.Usage.OutputTokens, "cost", resp.Cost.String())
+	if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ModelCallFinished{
+		ModelCallFinished: &operatorv1.ModelCallFinished{
+			Turn: turn, Model: r.answered,
+			TokensIn: resp.Usage.InputTokens, TokensOut: resp.Usage.OutputTokens,
+			Cost: money.FromDecimal(resp.Cost), CumulativeCost: money.FromDecimal(r.cost),
+		},
+	}}); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// modelErr classifies a provider failure. Providers wrap an errs kind; a
+// bare error (a transport failure the provider did not classify) is
+// treated as retryable.
+func (r *run) modelErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var k *errs.Kind
+	if errors.As(err, &k) {
+		return fmt.Errorf("model %s (provider %s): %w", r.model, r.provider.Name(), err)
+	}
+	return fmt.Errorf("model %s (provider %s): %v: %w", r.model, r.provider.Name(), err, errs.Retryable)
+}
+
+// emit sends a progress event when streaming.
+func (r *run) emit(ev *operatorv1.ExecuteStreamResponse) error {
+	if r.events == nil {
+		return nil
+	}
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	if err := r.events(ev); err != nil {
+		return fmt.Errorf("sending progress: %w", err)
+	}
+	return nil
+}
+
+// effectKey is the idempotency key of the next declared effect:
+// deterministic in the dispatch id and the order of declaration.
+func (r *run) effectKey() string {
+	r.nextEffID++
+	return fmt.Sprintf("%s/effect/%d", r.keyBase, r.nextEffID)
+}
+
+// declare records an effect and announces it.
+func (r *run) declare(e *typesv1.Effect) error {
+	r.effects = append(r.effects, e)
+	return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
+		EffectDeclared: &operatorv1.EffectDeclared{Effect: e},
+	}})
+}
+
+// finish builds the output: the history effect first (so that a delegate
+// or handoff in the same output sees this turn), then the declared
+// effects in order.
+func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput, error) {
+	effects := r.effects
+	if r.in.SessionId != nil {
+		value, err := encodeEntry(r.in.GetDispatch().GetDispatchId(), r.newTurns)
+		if err != nil {
+			return nil, fmt.Errorf("encoding history: %v: %w", err, errs.Internal)
+		}
+		hist := &typesv1.Effect{
+			IdempotencyKey: r.keyBase + "/history",
+			Kind: &typesv1.Effect_WriteMemory{WriteMemory: &typesv1.WriteMemory{
+				Scope: scope.Session(r.in.GetSessionId()),
+				Key:   fmt.Sprintf("%s%020d-%s", HistoryPrefix, r.start.UnixNano(), shortKey(r.keyBase)),
+				Value: value,
+			}},
+		}
+		if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
+			EffectDeclared: &operatorv1.EffectDeclared{Effect: hist},
+		}}); err != nil {
+			return nil, err
+		}
+		effects = append([]*typesv1.Effect{hist}, effects...)
+	}
+	out := &operatorv1.OperatorOutput{
+		Message:    textContent(r.lastText),
+		ExitReason: reason,
+		Effects:    effects,
+		Metadata: &operatorv1.OperatorMetadata{
+			TokensIn:         r.usage.InputTokens,
+			TokensOut:        r.usage.OutputTokens,
+			CacheReadTokens:  r.usage.CacheReadTokens,
+			CacheWriteTokens: r.usage.CacheWriteTokens,
+			Cost:             money.FromDecimal(r.cost),
+			TurnsUsed:        r.turns,
+			SubDispatches:    r.records,
+			Duration:         durationpb.New(time.Since(r.start)),
+			Model:            r.answered,
+			Provider:         r.provider.Name(),
+		},
+	}
+	if out.Metadata.Model == "" {
+		out.Metadata.Model = r.model
+	}
+	if r.provider.Name() == provider.ScriptedName {
+		out.Annotations = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"neuron.model_notice": structpb.NewStringValue("SCRIPTED MODEL: this output came from the built-in deterministic script, not from a language model"),
+		}}
+	}
+	r.log.Info("invocation finished", "exit", reason.GetKind().String(), "turns", r.turns,
+		"tokens_in", r.usage.InputTokens, "tokens_out", r.usage.OutputTokens, "cost", r.cost.String(),
+		"effects", len(effects), "duration", time.Since(r.start).Round(time.Millisecond).String())
+	return out, nil
+}
+
+// shortKey is a key-safe, bounded form of s for use inside a state key.
+func shortKey(s string) string {
+	const max = 64
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > max {
+		b = b[:max]
+	}
+	return string(b)
+}
