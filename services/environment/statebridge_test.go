@@ -23,7 +23,8 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
-	"github.com/secbear/neuron/pkg/middleware/errmap"
+	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/state"
@@ -36,23 +37,19 @@ type stateService struct {
 	addr string
 }
 
-// startState serves an in-memory StateService on loopback.
+// startState serves the state service with its memory backend on
+// loopback, started as its binary starts it (state.Run).
 func startState(t *testing.T) stateService {
 	t.Helper()
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(errmap.UnaryServerInterceptor()))
-	statev1.RegisterStateServiceServer(srv, state.NewServer(state.NewMemory()))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return stateService{StateServiceClient: statev1.NewStateServiceClient(conn), addr: l.Addr().String()}
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{
+			Server:   grpcserver.Config{Name: "state", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:      harness.Quiet(),
+			Listener: lis,
+			Backend:  state.BackendMemory,
+		})
+	})
+	return stateService{StateServiceClient: statev1.NewStateServiceClient(harness.Dial(t, addr)), addr: addr}
 }
 
 // With a state service configured, an invocation that names a session
