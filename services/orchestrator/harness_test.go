@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
-	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
@@ -25,10 +24,6 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/operator"
-	"github.com/secbear/neuron/services/operator/provider"
-	"github.com/secbear/neuron/services/operator/provider/scripted"
-	"github.com/secbear/neuron/services/operator/tool"
-	"github.com/secbear/neuron/services/operator/tool/effect"
 	"github.com/secbear/neuron/services/orchestrator"
 	// Named so: serve is this package's helper serving the fakes.
 	orchserve "github.com/secbear/neuron/services/orchestrator/serve"
@@ -105,25 +100,21 @@ func startState(t *testing.T) (string, statev1.StateServiceClient, *writeCounter
 	return addr, statev1.NewStateServiceClient(dial(t, addr)), wc
 }
 
-// startOperator runs the real operator service with the scripted model,
-// the effect tools and session history from the State service.
+// startOperator runs the operator service (operator.Run) on the
+// scripted model, which reads its script from each agent's registry
+// metadata, with the effect tools and session history from the State
+// service.
 func startOperator(t *testing.T, stateAddr string) string {
 	t.Helper()
-	reg := tool.NewRegistry()
-	for _, et := range effect.All() {
-		if err := reg.RegisterEffect(et); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := operator.DefaultConfig()
-	cfg.Model = "scripted"
-	op, err := operator.New(cfg, provider.Single{Provider: scripted.New(), Default: "scripted"}, quiet(),
-		operator.WithTools(reg),
-		operator.WithHistory(operator.StateHistory{Client: statev1.NewStateServiceClient(dial(t, stateAddr)), Log: quiet()}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serve(t, func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, operator.NewServer(op)) })
+	return harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		cfg := operator.DefaultConfig()
+		cfg.Server = grpcserver.Config{Name: "operator", Dev: true, ShutdownTimeout: 2 * time.Second}
+		cfg.Log, cfg.Listener = quiet(), lis
+		cfg.Model = "scripted"
+		cfg.Tools = nil // the effect tools only
+		cfg.State = grpcclient.Config{Target: stateAddr}
+		return operator.Run(ctx, cfg)
+	})
 }
 
 // orch is an orchestrator under test.
