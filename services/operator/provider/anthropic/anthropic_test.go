@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -63,7 +64,7 @@ func TestEnvironment(t *testing.T) {
 	other := newFakeAPI(t, replyJSON(500, errorBody("api_error", "wrong server")))
 
 	t.Setenv(APIKeyEnv, "sk-ant-from-env")
-	t.Setenv(BaseURLEnv, f.srv.URL+"/proxy/anthropic")
+	t.Setenv(BaseURLEnv, f.URL()+"/proxy/anthropic")
 	p, err := New(Config{DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestEnvironment(t *testing.T) {
 	if _, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi")}); err != nil {
 		t.Fatal(err)
 	}
-	c := f.only()
+	c := f.Only(t)
 	if c.Path != "/proxy/anthropic/v1/messages" {
 		t.Errorf("path = %q, want /proxy/anthropic/v1/messages", c.Path)
 	}
@@ -80,19 +81,19 @@ func TestEnvironment(t *testing.T) {
 	}
 
 	// The Config overrides both.
-	t.Setenv(BaseURLEnv, other.srv.URL)
-	p, err = New(Config{APIKey: testKey, BaseURL: f.srv.URL, DefaultModel: testModel})
+	t.Setenv(BaseURLEnv, other.URL())
+	p, err = New(Config{APIKey: testKey, BaseURL: f.URL(), DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi")}); err != nil {
 		t.Fatal(err)
 	}
-	calls := f.Calls()
+	calls := f.Requests()
 	if len(calls) != 2 || calls[1].Header.Get("X-Api-Key") != testKey {
 		t.Errorf("the configured key and base URL were not used: %d calls", len(calls))
 	}
-	if n := len(other.Calls()); n != 0 {
+	if n := len(other.Requests()); n != 0 {
 		t.Errorf("the env base URL got %d requests, want 0", n)
 	}
 }
@@ -107,7 +108,7 @@ func TestSDKEnvironmentIgnored(t *testing.T) {
 	if _, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi")}); err != nil {
 		t.Fatal(err)
 	}
-	h := f.only().Header
+	h := f.Only(t).Header
 	if got := h.Get("Authorization"); got != "" {
 		t.Errorf("Authorization = %q, want none", got)
 	}
@@ -142,7 +143,7 @@ func TestCompleteText(t *testing.T) {
 		t.Errorf("response = %+v, want %+v", resp, want)
 	}
 
-	c := f.only()
+	c := f.Only(t)
 	if c.Method != http.MethodPost || c.Path != "/v1/messages" {
 		t.Errorf("request = %s %s, want POST /v1/messages", c.Method, c.Path)
 	}
@@ -159,7 +160,7 @@ func TestCompleteText(t *testing.T) {
 			t.Errorf("header %s = %q, want %q", k, got, v)
 		}
 	}
-	assertJSON(t, "request body", c.Body, `{
+	httpfake.AssertJSON(t, "request body", c.Body, `{
 		"model": "claude-sonnet-4-5",
 		"max_tokens": 4096,
 		"system": [{"type": "text", "text": "You are terse."}],
@@ -190,7 +191,7 @@ func TestMaxTokensAndModel(t *testing.T) {
 			if _, err := p.Complete(context.Background(), &tt.req); err != nil {
 				t.Fatal(err)
 			}
-			body := f.only().Body
+			body := f.Only(t).JSON(t)
 			if body["model"] != tt.wantModel || body["max_tokens"] != tt.wantMaxTokens {
 				t.Errorf("model, max_tokens = %v, %v; want %v, %v", body["model"], body["max_tokens"], tt.wantModel, tt.wantMaxTokens)
 			}
@@ -248,7 +249,7 @@ func TestRequestMapping(t *testing.T) {
 	if _, err := p.Complete(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	assertJSON(t, "request body", f.only().Body, `{
+	httpfake.AssertJSON(t, "request body", f.Only(t).Body, `{
 		"model": "claude-sonnet-4-5",
 		"max_tokens": 1024,
 		"system": [{"type": "text", "text": "Be careful."}],
@@ -362,7 +363,7 @@ func TestStopReasons(t *testing.T) {
 				if streaming {
 					events := ssePlainText(tt.wire)
 					if tt.toolCall {
-						events[1] = sse{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"list","input":{}}}`}
+						events[1] = httpfake.Event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"list","input":{}}}`)
 						events = append(events[:3], events[5:]...)
 					}
 					handle = replySSE(events...)
@@ -395,7 +396,7 @@ func TestStopReasons(t *testing.T) {
 func TestInvalidRequests(t *testing.T) {
 	f := newFakeAPI(t, replyJSON(200, message(`[]`, `"end_turn"`, plainUsage)))
 	p := newProvider(t, f, Config{})
-	noDefault, err := New(Config{APIKey: testKey, BaseURL: f.srv.URL})
+	noDefault, err := New(Config{APIKey: testKey, BaseURL: f.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestInvalidRequests(t *testing.T) {
 			}
 		})
 	}
-	if n := len(f.Calls()); n != 0 {
+	if n := len(f.Requests()); n != 0 {
 		t.Errorf("the API received %d requests, want 0", n)
 	}
 }

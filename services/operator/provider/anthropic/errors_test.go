@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -126,7 +127,7 @@ func TestHTTPErrors(t *testing.T) {
 				tt.want.Provider, tt.want.Model = Name, testModel
 				checkError(t, err, &tt.want)
 				// The SDK never retries, whatever the status or x-should-retry say.
-				if n := len(f.Calls()); n != 1 {
+				if n := len(f.Requests()); n != 1 {
 					t.Errorf("the API received %d requests, want 1", n)
 				}
 			})
@@ -137,7 +138,7 @@ func TestHTTPErrors(t *testing.T) {
 func TestRefusedEnvKeyMessage(t *testing.T) {
 	f := newFakeAPI(t, replyJSON(401, errorBody("authentication_error", "invalid x-api-key")))
 	t.Setenv(APIKeyEnv, testKey)
-	p, err := New(Config{BaseURL: f.srv.URL, DefaultModel: testModel})
+	p, err := New(Config{BaseURL: f.URL(), DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +238,7 @@ func TestMalformedResponses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", tt.contentType)
-				_, _ = w.Write([]byte(tt.body))
-			})
+			f := newFakeAPI(t, httpfake.JSON(200, tt.body, "Content-Type", tt.contentType))
 			p := newProvider(t, f, Config{})
 			_, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi")})
 			checkError(t, err, &provider.Error{Provider: Name, Model: testModel, Kind: errs.NonRetryable, Message: tt.want})

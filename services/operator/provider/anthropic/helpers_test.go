@@ -2,14 +2,12 @@ package anthropic
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"reflect"
 
 	"sync"
 	"testing"
+
+	"github.com/secbear/neuron/internal/httpfake"
 )
 
 const (
@@ -19,73 +17,24 @@ const (
 	answerModel = "claude-sonnet-4-5-20250929"
 )
 
-// call is one request the fake API received.
-type call struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   map[string]any
-}
+// requestID is the request-id header the fake API answers with.
+const requestID = "req_011CSHoEeqs5C35K2UUqR7Fy"
 
-// fakeAPI is a local Messages API: it records each request and answers
-// with handle.
-type fakeAPI struct {
-	t      *testing.T
-	srv    *httptest.Server
-	handle http.HandlerFunc
-
-	mu    sync.Mutex
-	calls []call
-}
-
-func newFakeAPI(t *testing.T, handle http.HandlerFunc) *fakeAPI {
+// newFakeAPI is a local Messages API answering with handle; every request
+// body must be a JSON object.
+func newFakeAPI(t *testing.T, handle http.HandlerFunc) *httpfake.Server {
 	t.Helper()
-	f := &fakeAPI{t: t, handle: handle}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Errorf("reading request body: %v", err)
-		}
-		c := call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
-		if len(raw) > 0 {
-			if err := json.Unmarshal(raw, &c.Body); err != nil {
-				t.Errorf("request body is not a JSON object: %v: %s", err, raw)
-			}
-		}
-		f.mu.Lock()
-		f.calls = append(f.calls, c)
-		f.mu.Unlock()
-		f.handle(w, r)
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-// Calls returns the requests received so far.
-func (f *fakeAPI) Calls() []call {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]call(nil), f.calls...)
-}
-
-// only returns the one request received, failing unless there is exactly one.
-func (f *fakeAPI) only() call {
-	f.t.Helper()
-	calls := f.Calls()
-	if len(calls) != 1 {
-		f.t.Fatalf("the API received %d requests, want 1", len(calls))
-	}
-	return calls[0]
+	return httpfake.New(t, httpfake.RequireJSON(t, handle))
 }
 
 // newProvider returns a Provider talking to f.
-func newProvider(t *testing.T, f *fakeAPI, cfg Config) *Provider {
+func newProvider(t *testing.T, f *httpfake.Server, cfg Config) *Provider {
 	t.Helper()
 	if cfg.APIKey == "" {
 		cfg.APIKey = testKey
 	}
 	if cfg.BaseURL == "" {
-		cfg.BaseURL = f.srv.URL
+		cfg.BaseURL = f.URL()
 	}
 	if cfg.DefaultModel == "" {
 		cfg.DefaultModel = testModel
@@ -97,36 +46,16 @@ func newProvider(t *testing.T, f *fakeAPI, cfg Config) *Provider {
 	return p
 }
 
-// replyJSON answers with a JSON body.
+// replyJSON answers with a JSON body and the API's request-id; headers
+// are name, value pairs.
 func replyJSON(status int, body string, headers ...string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(headers); i += 2 {
-			w.Header().Set(headers[i], headers[i+1])
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, body)
-	}
+	return httpfake.JSON(status, body, append([]string{"request-id", requestID}, headers...)...)
 }
 
-// sse is one server-sent event.
-type sse struct{ event, data string }
-
-func (e sse) String() string { return fmt.Sprintf("event: %s\ndata: %s\n\n", e.event, e.data) }
-
-// replySSE answers with an event stream, flushing after each event.
-func replySSE(events ...sse) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.Header().Set("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy")
-		w.WriteHeader(http.StatusOK)
-		for _, e := range events {
-			_, _ = io.WriteString(w, e.String())
-			w.(http.Flusher).Flush()
-		}
-	}
+// replySSE answers with a stream of events (httpfake.Event frames),
+// flushing after each.
+func replySSE(events ...string) http.HandlerFunc {
+	return httpfake.WithHeaders(httpfake.SSE(events...), "request-id", requestID)
 }
 
 // message is a non-streaming Messages API response body.
@@ -138,44 +67,17 @@ func message(content, stopReason, usage string) string {
 
 const plainUsage = `{"input_tokens":12,"output_tokens":6,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"service_tier":"standard"}`
 
-// assertJSON compares got (decoded JSON) with the JSON text want.
-func assertJSON(t *testing.T, what string, got any, want string) {
-	t.Helper()
-	var w any
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatalf("%s: bad want JSON: %v", what, err)
-	}
-	if !reflect.DeepEqual(normalize(got), w) {
-		g, _ := json.MarshalIndent(got, "", "  ")
-		ww, _ := json.MarshalIndent(w, "", "  ")
-		t.Errorf("%s:\ngot  %s\nwant %s", what, g, ww)
-	}
-}
-
-// normalize round-trips v through JSON so it compares with decoded JSON.
-func normalize(v any) any {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(err)
-	}
-	return out
-}
-
 // ssePlainText is a complete stream answering "Hello!".
-func ssePlainText(stopReason string) []sse {
-	return []sse{
-		{"message_start", `{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","content":[],"model":"` + answerModel + `","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}`},
-		{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
-		{"ping", `{"type": "ping"}`},
-		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`},
-		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"!"}}`},
-		{"content_block_stop", `{"type":"content_block_stop","index":0}`},
-		{"message_delta", `{"type":"message_delta","delta":{"stop_reason":` + stopReason + `,"stop_sequence":null},"usage":{"output_tokens":15}}`},
-		{"message_stop", `{"type":"message_stop"}`},
+func ssePlainText(stopReason string) []string {
+	return []string{
+		httpfake.Event("message_start", `{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","content":[],"model":"`+answerModel+`","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}`),
+		httpfake.Event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		httpfake.Event("ping", `{"type": "ping"}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"!"}}`),
+		httpfake.Event("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		httpfake.Event("message_delta", `{"type":"message_delta","delta":{"stop_reason":`+stopReason+`,"stop_sequence":null},"usage":{"output_tokens":15}}`),
+		httpfake.Event("message_stop", `{"type":"message_stop"}`),
 	}
 }
 
@@ -202,7 +104,7 @@ func errorBody(typ, msg string) string {
 	b, err := json.Marshal(map[string]any{
 		"type":       "error",
 		"error":      map[string]string{"type": typ, "message": msg},
-		"request_id": "req_011CSHoEeqs5C35K2UUqR7Fy",
+		"request_id": requestID,
 	})
 	if err != nil {
 		panic(err)

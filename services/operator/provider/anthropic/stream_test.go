@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -38,11 +39,11 @@ func TestStreamText(t *testing.T) {
 	if !reflect.DeepEqual(resp, want) {
 		t.Errorf("response =\n%s\nwant\n%s", dump(resp), dump(want))
 	}
-	c := f.only()
+	c := f.Only(t)
 	if c.Path != "/v1/messages" || c.Header.Get("X-Api-Key") != testKey {
 		t.Errorf("request = %s with key %q", c.Path, c.Header.Get("X-Api-Key"))
 	}
-	assertJSON(t, "request body", c.Body, `{
+	httpfake.AssertJSON(t, "request body", c.Body, `{
 		"model": "claude-sonnet-4-5",
 		"max_tokens": 512,
 		"stream": true,
@@ -56,26 +57,26 @@ func TestStreamText(t *testing.T) {
 // JSON (passed through verbatim), and one with no input deltas.
 func TestStreamToolCalls(t *testing.T) {
 	f := newFakeAPI(t, replySSE(
-		sse{"message_start", `{"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"` + answerModel + `","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2,"cache_creation_input_tokens":200,"cache_read_input_tokens":1500},"content":[],"stop_reason":null}}`},
-		sse{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
-		sse{"ping", `{"type": "ping"}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay, let's check"}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" both files:"}}`},
-		sse{"content_block_stop", `{"type":"content_block_stop","index":0}`},
-		sse{"content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"read","input":{}}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"a"}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":".txt\", \"lines\""}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":": [1, 2]}"}}`},
-		sse{"content_block_stop", `{"type":"content_block_stop","index":1}`},
-		sse{"content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01Broken","name":"read","input":{}}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\": "}}`},
-		sse{"content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"b.txt\""}}`},
-		sse{"content_block_stop", `{"type":"content_block_stop","index":2}`},
-		sse{"content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_01NoArgs","name":"list","input":{}}}`},
-		sse{"content_block_stop", `{"type":"content_block_stop","index":3}`},
-		sse{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}`},
-		sse{"message_stop", `{"type":"message_stop"}`},
+		httpfake.Event("message_start", `{"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"`+answerModel+`","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2,"cache_creation_input_tokens":200,"cache_read_input_tokens":1500},"content":[],"stop_reason":null}}`),
+		httpfake.Event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		httpfake.Event("ping", `{"type": "ping"}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay, let's check"}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" both files:"}}`),
+		httpfake.Event("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		httpfake.Event("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"read","input":{}}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"a"}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":".txt\", \"lines\""}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":": [1, 2]}"}}`),
+		httpfake.Event("content_block_stop", `{"type":"content_block_stop","index":1}`),
+		httpfake.Event("content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01Broken","name":"read","input":{}}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\": "}}`),
+		httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"b.txt\""}}`),
+		httpfake.Event("content_block_stop", `{"type":"content_block_stop","index":2}`),
+		httpfake.Event("content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_01NoArgs","name":"list","input":{}}}`),
+		httpfake.Event("content_block_stop", `{"type":"content_block_stop","index":3}`),
+		httpfake.Event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}`),
+		httpfake.Event("message_stop", `{"type":"message_stop"}`),
 	))
 	p := newProvider(t, f, Config{})
 	var tc textCollector
@@ -104,11 +105,11 @@ func TestStreamToolCalls(t *testing.T) {
 	if !reflect.DeepEqual(resp, want) {
 		t.Errorf("response =\n%s\nwant\n%s", dump(resp), dump(want))
 	}
-	body := f.only().Body
+	body := f.Only(t).JSON(t)
 	if body["stream"] != true {
 		t.Errorf("stream = %v, want true", body["stream"])
 	}
-	assertJSON(t, "tools", body["tools"], `[
+	httpfake.AssertJSON(t, "tools", body["tools"], `[
 		{"name": "read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
 		{"name": "list", "input_schema": {"type": "object"}}
 	]`)
@@ -118,7 +119,7 @@ func TestStreamToolCalls(t *testing.T) {
 // message's full usage: its counts replace message_start's.
 func TestStreamCumulativeUsage(t *testing.T) {
 	events := ssePlainText(`"max_tokens"`)
-	events[6] = sse{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":30,"cache_creation_input_tokens":7,"cache_read_input_tokens":11,"output_tokens":40}}`}
+	events[6] = httpfake.Event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":30,"cache_creation_input_tokens":7,"cache_read_input_tokens":11,"output_tokens":40}}`)
 	f := newFakeAPI(t, replySSE(events...))
 	p := newProvider(t, f, Config{})
 	resp, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi"), OnText: func(string) {}})
@@ -134,30 +135,30 @@ func TestStreamCumulativeUsage(t *testing.T) {
 // TestStreamErrors checks streams that fail after the 200 response began.
 func TestStreamErrors(t *testing.T) {
 	start := ssePlainText(`"end_turn"`)[:4] // message_start .. first text delta
-	withStart := func(more ...sse) []sse { return append(append([]sse(nil), start...), more...) }
+	withStart := func(more ...string) []string { return append(append([]string(nil), start...), more...) }
 	tests := []struct {
 		name   string
-		events []sse
+		events []string
 		want   provider.Error
 	}{
 		{
 			name:   "overloaded error event",
-			events: withStart(sse{"error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}`}),
+			events: withStart(httpfake.Event("error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}`)),
 			want:   provider.Error{Kind: errs.Retryable, HTTPStatus: 529, Message: "Overloaded"},
 		},
 		{
 			name:   "api error event",
-			events: withStart(sse{"error", `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`}),
+			events: withStart(httpfake.Event("error", `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`)),
 			want:   provider.Error{Kind: errs.Retryable, HTTPStatus: 500, Message: "Internal server error"},
 		},
 		{
 			name:   "invalid request error event",
-			events: withStart(sse{"error", `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`}),
+			events: withStart(httpfake.Event("error", `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`)),
 			want:   provider.Error{Kind: errs.NonRetryable, HTTPStatus: 400, Message: "prompt is too long: 210000 tokens > 200000 maximum"},
 		},
 		{
 			name:   "unknown error type",
-			events: withStart(sse{"error", `{"type":"error","error":{"type":"brand_new_error","message":"Something"}}`}),
+			events: withStart(httpfake.Event("error", `{"type":"error","error":{"type":"brand_new_error","message":"Something"}}`)),
 			want:   provider.Error{Kind: errs.Retryable, HTTPStatus: 500, Message: "Something"},
 		},
 		{
@@ -172,17 +173,17 @@ func TestStreamErrors(t *testing.T) {
 		},
 		{
 			name:   "event before message_start",
-			events: []sse{{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`}},
+			events: []string{httpfake.Event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)},
 			want:   provider.Error{Kind: errs.NonRetryable, Message: `malformed response: stream event "content_block_start" before message_start`},
 		},
 		{
 			name:   "delta for a block that never started",
-			events: withStart(sse{"content_block_delta", `{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}`}),
+			events: withStart(httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}`)),
 			want:   provider.Error{Kind: errs.NonRetryable, Message: "malformed response: event for content block 4, which has not started"},
 		},
 		{
 			name:   "event data not JSON",
-			events: withStart(sse{"content_block_delta", `{"type":"content_block_delta","index":0,`}),
+			events: withStart(httpfake.Event("content_block_delta", `{"type":"content_block_delta","index":0,`)),
 			want:   provider.Error{Kind: errs.NonRetryable, Message: "malformed response: the body is not a JSON message"},
 		},
 	}
@@ -204,7 +205,7 @@ func TestStreamConnectionDropped(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)
 		for _, e := range ssePlainText(`"end_turn"`)[:4] {
-			_, _ = io.WriteString(w, e.String())
+			_, _ = io.WriteString(w, e)
 		}
 		w.(http.Flusher).Flush()
 		conn, _, err := w.(http.Hijacker).Hijack()
@@ -235,7 +236,7 @@ func TestStreamCancel(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)
 		for _, e := range ssePlainText(`"end_turn"`)[:4] {
-			_, _ = io.WriteString(w, e.String())
+			_, _ = io.WriteString(w, e)
 		}
 		w.(http.Flusher).Flush()
 		select {
@@ -304,7 +305,7 @@ func TestCancelledBeforeCall(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error = %v, want context.Canceled", err)
 	}
-	if n := len(f.Calls()); n != 0 {
+	if n := len(f.Requests()); n != 0 {
 		t.Errorf("the API received %d requests, want 0", n)
 	}
 }

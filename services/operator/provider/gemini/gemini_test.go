@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -62,8 +62,8 @@ func TestNewKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(EnvAPIKey, tt.gemini)
 			t.Setenv(EnvGoogleAPIKey, tt.google)
-			f := newFake(t, jsonReply(200, helloResponse))
-			p, err := New(Config{APIKey: tt.cfgKey, BaseURL: f.srv.URL, DefaultModel: testModel})
+			f := httpfake.New(t, httpfake.JSON(200, helloResponse))
+			p, err := New(Config{APIKey: tt.cfgKey, BaseURL: f.URL(), DefaultModel: testModel})
 			if tt.wantError != "" {
 				pe := providerError(t, err)
 				if pe.Kind != errs.InvalidArgument || err.Error() != tt.wantError {
@@ -77,7 +77,7 @@ func TestNewKey(t *testing.T) {
 			if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.only(t).Header.Get("X-Goog-Api-Key"); got != tt.wantKey {
+			if got := f.Only(t).Header.Get("X-Goog-Api-Key"); got != tt.wantKey {
 				t.Fatalf("key sent %q, want %q", got, tt.wantKey)
 			}
 		})
@@ -105,8 +105,8 @@ func TestSDKConfigErrorIsRedacted(t *testing.T) {
 }
 
 func TestPlainText(t *testing.T) {
-	f := newFake(t, jsonReply(200, helloResponse))
-	p, err := New(Config{APIKey: testKey, BaseURL: f.srv.URL, DefaultModel: testModel, MaxTokens: 2048})
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
+	p, err := New(Config{APIKey: testKey, BaseURL: f.URL(), DefaultModel: testModel, MaxTokens: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +118,12 @@ func TestPlainText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.only(t)
+	c := f.Only(t)
 	assertGenerate(t, c, testModel, false)
-	if strings.Contains(c.Query, "key=") {
-		t.Fatalf("key in the query: %q", c.Query)
+	if strings.Contains(c.RawQuery, "key=") {
+		t.Fatalf("key in the query: %q", c.RawQuery)
 	}
-	assertJSON(t, c.Body, `{
+	httpfake.AssertJSON(t, "request body", c.Body, `{
 	  "contents": [{"role": "user", "parts": [{"text": "Hi there"}]}],
 	  "systemInstruction": {"role": "user", "parts": [{"text": "You are terse."}]},
 	  "generationConfig": {"maxOutputTokens": 2048}
@@ -138,7 +138,7 @@ func TestPlainText(t *testing.T) {
 }
 
 func TestRequestMapping(t *testing.T) {
-	f := newFake(t, jsonReply(200, helloResponse))
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 	p := newProvider(t, f)
 	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
 	_, err := p.Complete(context.Background(), &provider.Request{
@@ -166,9 +166,9 @@ func TestRequestMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.only(t)
+	c := f.Only(t)
 	assertGenerate(t, c, "gemini-2.5-pro", false)
-	assertJSON(t, c.Body, `{
+	httpfake.AssertJSON(t, "request body", c.Body, `{
 	  "contents": [
 	    {"role": "user", "parts": [
 	      {"text": "Look:"},
@@ -195,7 +195,7 @@ func TestRequestMapping(t *testing.T) {
 }
 
 func TestToolCalls(t *testing.T) {
-	f := newFake(t, jsonReply(200, `{
+	f := httpfake.New(t, httpfake.JSON(200, `{
 	  "candidates": [{
 	    "content": {"role": "model", "parts": [
 	      {"text": "I'll read both files."},
@@ -238,7 +238,7 @@ func TestToolCalls(t *testing.T) {
 }
 
 func TestToolResultsSentBack(t *testing.T) {
-	f := newFake(t, jsonReply(200, helloResponse))
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 	p := newProvider(t, f)
 	_, err := p.Complete(context.Background(), &provider.Request{
 		Messages: []provider.Message{
@@ -262,7 +262,7 @@ func TestToolResultsSentBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig := "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=" // base64 of the sentinel
-	assertJSON(t, f.only(t).Body, `{
+	httpfake.AssertJSON(t, "request body", f.Only(t).Body, `{
 	  "contents": [
 	    {"role": "user", "parts": [{"text": "Do it"}]},
 	    {"role": "model", "parts": [
@@ -326,9 +326,9 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFake(t, jsonReply(200, helloResponse))
+			f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 			cfg := tt.cfg
-			cfg.APIKey, cfg.BaseURL = testKey, f.srv.URL
+			cfg.APIKey, cfg.BaseURL = testKey, f.URL()
 			if tt.name != "no model" {
 				cfg.DefaultModel = testModel
 			}
@@ -341,7 +341,7 @@ func TestInvalidRequests(t *testing.T) {
 			if pe.Kind != errs.InvalidArgument || pe.Message != tt.want || pe.HTTPStatus != 0 {
 				t.Fatalf("got %v (%s), want InvalidArgument %q", err, kindName(pe.Kind), tt.want)
 			}
-			if n := len(f.recorded()); n != 0 {
+			if n := f.Count(); n != 0 {
 				t.Fatalf("%d requests sent", n)
 			}
 		})
@@ -388,13 +388,13 @@ func TestStopReasons(t *testing.T) {
 				  "finishMessage": "Malformed function call: print(default_api.read(path=))", "index": 0}],
 				  "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 3, "totalTokenCount": 13},
 				  "modelVersion": "gemini-2.5-flash"}`
-				h := jsonReply(200, body)
+				h := httpfake.JSON(200, body)
 				var onText func(string)
 				if stream {
 					h = sseReply(strings.Join(strings.Fields(body), " "))
 					onText = func(string) {}
 				}
-				p := newProvider(t, newFake(t, h))
+				p := newProvider(t, httpfake.New(t, h))
 				resp, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}, OnText: onText})
 				if tt.wantKind != nil {
 					pe := providerError(t, err)
@@ -429,13 +429,13 @@ func TestPromptBlocked(t *testing.T) {
 	}`
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			h := jsonReply(200, body)
+			h := httpfake.JSON(200, body)
 			var onText func(string)
 			if stream {
 				h = sseReply(strings.Join(strings.Fields(body), " "))
 				onText = func(string) { t.Error("OnText called") }
 			}
-			p := newProvider(t, newFake(t, h))
+			p := newProvider(t, httpfake.New(t, h))
 			resp, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("bad"))}, OnText: onText})
 			if err != nil {
 				t.Fatal(err)
@@ -465,7 +465,7 @@ func TestUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFake(t, jsonReply(200, `{"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}],
+			f := httpfake.New(t, httpfake.JSON(200, `{"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}],
 			  "usageMetadata": `+tt.usage+`, "modelVersion": "gemini-2.5-pro"}`))
 			resp, err := newProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}})
 			if err != nil {
@@ -479,7 +479,7 @@ func TestUsage(t *testing.T) {
 }
 
 func TestThoughtPartsAreNotAnswer(t *testing.T) {
-	f := newFake(t, jsonReply(200, `{"candidates": [{"content": {"role": "model", "parts": [
+	f := httpfake.New(t, httpfake.JSON(200, `{"candidates": [{"content": {"role": "model", "parts": [
 	  {"text": "**Planning** I should greet.", "thought": true},
 	  {"text": "Hi!", "thoughtSignature": "AbCd"}
 	]}, "finishReason": "STOP"}], "modelVersion": "gemini-2.5-pro"}`))
@@ -491,7 +491,7 @@ func TestThoughtPartsAreNotAnswer(t *testing.T) {
 }
 
 func TestStreaming(t *testing.T) {
-	f := newFake(t, sseReply(
+	f := httpfake.New(t, sseReply(
 		`{"candidates": [{"content": {"parts": [{"text": "Let me "}], "role": "model"}, "index": 0}], "usageMetadata": {"promptTokenCount": 200, "candidatesTokenCount": 2, "totalTokenCount": 202}, "modelVersion": "gemini-2.5-flash", "responseId": "s-1"}`,
 		`{"candidates": [{"content": {"parts": [{"text": "think", "thought": true}], "role": "model"}, "index": 0}], "modelVersion": "gemini-2.5-flash", "responseId": "s-1"}`,
 		`{"candidates": [{"content": {"parts": [{"text": "check both."}], "role": "model"}, "index": 0}], "usageMetadata": {"promptTokenCount": 200, "candidatesTokenCount": 5, "totalTokenCount": 205}, "modelVersion": "gemini-2.5-flash", "responseId": "s-1"}`,
@@ -508,9 +508,9 @@ func TestStreaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.only(t)
+	c := f.Only(t)
 	assertGenerate(t, c, testModel, true)
-	assertJSON(t, c.Body, `{
+	httpfake.AssertJSON(t, "request body", c.Body, `{
 	  "contents": [{"role": "user", "parts": [{"text": "check a"}]}],
 	  "generationConfig": {},
 	  "tools": [{"functionDeclarations": [{"name": "read", "parametersJsonSchema": {"type": "object"}}, {"name": "grep"}]}]
@@ -574,7 +574,7 @@ func TestStreamFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFake(t, tt.handler)
+			f := httpfake.New(t, tt.handler)
 			var chunks []string
 			_, err := newProvider(t, f).Complete(context.Background(), &provider.Request{
 				Messages: []provider.Message{user(text("hi"))},
@@ -587,7 +587,7 @@ func TestStreamFailures(t *testing.T) {
 			if len(chunks) != 1 || chunks[0] != "Hel" {
 				t.Fatalf("chunks %q", chunks)
 			}
-			if n := len(f.recorded()); n != 1 {
+			if n := f.Count(); n != 1 {
 				t.Fatalf("%d requests: the SDK retried", n)
 			}
 		})
@@ -678,7 +678,7 @@ func TestHTTPErrors(t *testing.T) {
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
-				f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+				f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) {
 					for k, v := range tt.header {
 						w.Header().Set(k, v)
 					}
@@ -700,7 +700,7 @@ func TestHTTPErrors(t *testing.T) {
 				if want := fmt.Sprintf("gemini model %s: HTTP %d: %s", testModel, tt.status, tt.wantMsg); err.Error() != want {
 					t.Fatalf("Error() = %q, want %q", err.Error(), want)
 				}
-				if n := len(f.recorded()); n != 1 {
+				if n := f.Count(); n != 1 {
 					t.Fatalf("%d requests: the SDK retried", n)
 				}
 			})
@@ -734,7 +734,7 @@ func TestMalformedResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFake(t, jsonReply(200, tt.body))
+			f := httpfake.New(t, httpfake.JSON(200, tt.body))
 			_, err := newProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}})
 			pe := providerError(t, err)
 			if pe.Kind != errs.NonRetryable || pe.HTTPStatus != 0 || pe.Message != tt.want {
@@ -774,7 +774,7 @@ func TestConnectionRefused(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Run("mid-stream", func(t *testing.T) {
 		served := make(chan struct{})
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}], \"role\": \"model\"}}]}\r\n\r\n")
 			w.(http.Flusher).Flush()
@@ -804,7 +804,7 @@ func TestCancel(t *testing.T) {
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := newProvider(t, f).Complete(ctx, &provider.Request{Messages: []provider.Message{user(text("hi"))}})
@@ -813,12 +813,12 @@ func TestCancel(t *testing.T) {
 		}
 	})
 	t.Run("before the call", func(t *testing.T) {
-		f := newFake(t, jsonReply(200, helloResponse))
+		f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := newProvider(t, f).Complete(ctx, &provider.Request{Messages: []provider.Message{user(text("hi"))}})
-		if !errors.Is(err, context.Canceled) || len(f.recorded()) != 0 {
-			t.Fatalf("got %v after %d requests", err, len(f.recorded()))
+		if !errors.Is(err, context.Canceled) || f.Count() != 0 {
+			t.Fatalf("got %v after %d requests", err, f.Count())
 		}
 	})
 }
@@ -835,15 +835,10 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func TestHTTPClientAndBaseURL(t *testing.T) {
-	var path, egress string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path, egress = r.URL.Path, r.Header.Get("X-Egress")
-		jsonReply(200, helloResponse)(w, r)
-	}))
-	defer srv.Close()
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 	tr := &countingTransport{}
 	hc := &http.Client{Transport: tr}
-	p, err := New(Config{APIKey: testKey, BaseURL: srv.URL + "/proxy/google/", HTTPClient: hc, DefaultModel: testModel})
+	p, err := New(Config{APIKey: testKey, BaseURL: f.URL() + "/proxy/google/", HTTPClient: hc, DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -853,17 +848,18 @@ func TestHTTPClientAndBaseURL(t *testing.T) {
 	if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
 		t.Fatal(err)
 	}
-	if tr.n.Load() != 1 || egress != "yes" {
+	c := f.Only(t)
+	if egress := c.Header.Get("X-Egress"); tr.n.Load() != 1 || egress != "yes" {
 		t.Fatalf("the configured client sent %d requests (egress header %q)", tr.n.Load(), egress)
 	}
-	if path != "/proxy/google/v1beta/models/"+testModel+":generateContent" {
+	if path := c.Path; path != "/proxy/google/v1beta/models/"+testModel+":generateContent" {
 		t.Fatalf("path %q", path)
 	}
 }
 
 func TestBaseURLFromEnvironment(t *testing.T) {
-	f := newFake(t, jsonReply(200, helloResponse))
-	t.Setenv("GOOGLE_GEMINI_BASE_URL", f.srv.URL)
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
+	t.Setenv("GOOGLE_GEMINI_BASE_URL", f.URL())
 	p, err := New(Config{APIKey: testKey, DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
@@ -871,5 +867,5 @@ func TestBaseURLFromEnvironment(t *testing.T) {
 	if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
 		t.Fatal(err)
 	}
-	assertGenerate(t, f.only(t), testModel, false)
+	assertGenerate(t, f.Only(t), testModel, false)
 }

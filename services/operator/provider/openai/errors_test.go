@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -80,15 +81,8 @@ func TestHTTPErrors(t *testing.T) {
 					name += "/stream"
 				}
 				t.Run(name, func(t *testing.T) {
-					f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-						w.Header().Set("Content-Type", "application/json")
-						for i := 0; i+1 < len(tc.headers); i += 2 {
-							w.Header().Set(tc.headers[i], tc.headers[i+1])
-						}
-						w.WriteHeader(tc.status)
-						_, _ = w.Write([]byte(tc.body))
-					})
-					p := fl.make(t, f.baseURL())
+					f := httpfake.New(t, httpfake.JSON(tc.status, tc.body, tc.headers...))
+					p := fl.make(t, f.URL()+"/v1")
 					req := &provider.Request{Messages: []provider.Message{userText("hi")}}
 					var chunks []string
 					if stream {
@@ -122,7 +116,7 @@ func TestHTTPErrors(t *testing.T) {
 					if len(chunks) != 0 {
 						t.Fatalf("OnText called with %q", chunks)
 					}
-					if n := f.count(); n != 1 {
+					if n := f.Count(); n != 1 {
 						t.Fatalf("%d requests: the SDK retried", n)
 					}
 				})
@@ -133,8 +127,8 @@ func TestHTTPErrors(t *testing.T) {
 
 func TestErrorNeverHoldsTheKey(t *testing.T) {
 	const key = "local-secret-key-42"
-	f := newFake(t, jsonBody(401, openAIError("key local-secret-key-42 is not valid; neither is sk-proj-abcDEF123_xyz", "auth", "")))
-	p, err := NewCompatible(Config{APIKey: key, BaseURL: f.baseURL(), DefaultModel: "m"})
+	f := httpfake.New(t, httpfake.JSON(401, openAIError("key local-secret-key-42 is not valid; neither is sk-proj-abcDEF123_xyz", "auth", "")))
+	p, err := NewCompatible(Config{APIKey: key, BaseURL: f.URL() + "/v1", DefaultModel: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +139,7 @@ func TestErrorNeverHoldsTheKey(t *testing.T) {
 		t.Fatalf("message %q, want %q", pe.Message, want)
 	}
 	assertNoKey(t, err.Error(), key, "abcDEF123")
-	if got := f.only(t).header.Get("Authorization"); got != "Bearer "+key {
+	if got := f.Only(t).Header.Get("Authorization"); got != "Bearer "+key {
 		t.Fatalf("Authorization %q", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -58,9 +59,9 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func TestEnvironment(t *testing.T) {
-	f := newFake(t, jsonBody(200, okBody))
+	f := httpfake.New(t, httpfake.JSON(200, okBody))
 	t.Setenv(EnvAPIKey, "sk-env-key-1234")
-	t.Setenv(EnvBaseURL, f.baseURL())
+	t.Setenv(EnvBaseURL, f.URL()+"/v1")
 	// Ambient settings the SDK would otherwise pick up; neither flavour
 	// may send them.
 	t.Setenv("OPENAI_ORG_ID", "org-ambient")
@@ -75,50 +76,50 @@ func TestEnvironment(t *testing.T) {
 	if _, err := p.Complete(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	got := f.only(t)
-	if a := got.header.Get("Authorization"); a != "Bearer sk-env-key-1234" {
+	got := f.Only(t)
+	if a := got.Header.Get("Authorization"); a != "Bearer sk-env-key-1234" {
 		t.Fatalf("Authorization %q, want the OPENAI_API_KEY key", a)
 	}
 	for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "X-Leak"} {
-		if v := got.header.Get(h); v != "" {
+		if v := got.Header.Get(h); v != "" {
 			t.Fatalf("ambient header %s: %q sent", h, v)
 		}
 	}
 
 	// Config wins over the environment.
-	g := newFake(t, jsonBody(200, okBody))
-	p, err = New(Config{APIKey: testKey, BaseURL: g.baseURL()})
+	g := httpfake.New(t, httpfake.JSON(200, okBody))
+	p, err = New(Config{APIKey: testKey, BaseURL: g.URL() + "/v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Complete(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	if a := g.only(t).header.Get("Authorization"); a != "Bearer "+testKey {
+	if a := g.Only(t).Header.Get("Authorization"); a != "Bearer "+testKey {
 		t.Fatalf("Authorization %q, want the configured key", a)
 	}
 
 	// A compatible server never gets OPENAI_API_KEY.
-	h := newFake(t, jsonBody(200, okBody))
-	p, err = NewCompatible(Config{BaseURL: h.baseURL()})
+	h := httpfake.New(t, httpfake.JSON(200, okBody))
+	p, err = NewCompatible(Config{BaseURL: h.URL() + "/v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Complete(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	got = h.only(t)
+	got = h.Only(t)
 	for _, name := range []string{"Authorization", "OpenAI-Organization", "OpenAI-Project", "X-Leak"} {
-		if v := got.header.Get(name); v != "" {
+		if v := got.Header.Get(name); v != "" {
 			t.Fatalf("compatible server got %s: %q", name, v)
 		}
 	}
 }
 
 func TestEnvironmentKeyRefused(t *testing.T) {
-	f := newFake(t, jsonBody(401, openAIError("Incorrect API key provided: sk-env-***1234.", "invalid_request_error", "invalid_api_key")))
+	f := httpfake.New(t, httpfake.JSON(401, openAIError("Incorrect API key provided: sk-env-***1234.", "invalid_request_error", "invalid_api_key")))
 	t.Setenv(EnvAPIKey, "sk-env-key-1234")
-	p, err := New(Config{BaseURL: f.baseURL(), DefaultModel: "gpt-4o"})
+	p, err := New(Config{BaseURL: f.URL() + "/v1", DefaultModel: "gpt-4o"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +157,13 @@ func TestDefaultBaseURL(t *testing.T) {
 }
 
 func TestCustomHTTPClientIsUsed(t *testing.T) {
-	f := newFake(t, jsonBody(200, okBody))
+	f := httpfake.New(t, httpfake.JSON(200, okBody))
 	var used bool
 	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		used = true
 		return http.DefaultTransport.RoundTrip(r)
 	})}
-	p, err := NewCompatible(Config{BaseURL: f.baseURL(), HTTPClient: hc, DefaultModel: "m"})
+	p, err := NewCompatible(Config{BaseURL: f.URL() + "/v1", HTTPClient: hc, DefaultModel: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -106,8 +107,8 @@ func TestRequestMapping(t *testing.T) {
 		}, "Bearer local-key", "max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t, jsonBody(200, okBody))
-			p, err := tc.make(f.baseURL())
+			f := httpfake.New(t, httpfake.JSON(200, okBody))
+			p, err := tc.make(f.URL() + "/v1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,26 +116,26 @@ func TestRequestMapping(t *testing.T) {
 			if _, err := p.Complete(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
-			got := f.only(t)
-			if got.method != "POST" || got.path != "/v1/chat/completions" {
-				t.Fatalf("request %s %s, want POST /v1/chat/completions", got.method, got.path)
+			got := f.Only(t)
+			if got.Method != "POST" || got.Path != "/v1/chat/completions" {
+				t.Fatalf("request %s %s, want POST /v1/chat/completions", got.Method, got.Path)
 			}
-			if a := got.header.Get("Authorization"); a != tc.auth {
+			if a := got.Header.Get("Authorization"); a != tc.auth {
 				t.Fatalf("Authorization %q, want %q", a, tc.auth)
 			}
-			if ct := got.header.Get("Content-Type"); ct != "application/json" {
+			if ct := got.Header.Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("Content-Type %q", ct)
 			}
 			want := `{"model": "gpt-4.1", "messages": ` + fullMessages + `, "tools": ` + fullTools +
 				`, "` + tc.maxField + `": 512}`
-			assertJSON(t, got.body, want)
+			httpfake.AssertJSON(t, "request body", got.Body, want)
 
 			// WireRequest is exactly what was sent.
 			wire, err := p.WireRequest(req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			assertJSON(t, wire, string(got.body))
+			httpfake.AssertJSON(t, "WireRequest", wire, string(got.Body))
 		})
 	}
 }
@@ -176,9 +177,9 @@ func TestRequestDefaults(t *testing.T) {
 			]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t, jsonBody(200, okBody))
+			f := httpfake.New(t, httpfake.JSON(200, okBody))
 			cfg := tc.cfg
-			cfg.APIKey, cfg.BaseURL = testKey, f.baseURL()
+			cfg.APIKey, cfg.BaseURL = testKey, f.URL()+"/v1"
 			p, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +187,7 @@ func TestRequestDefaults(t *testing.T) {
 			if _, err := p.Complete(context.Background(), &tc.req); err != nil {
 				t.Fatal(err)
 			}
-			assertJSON(t, f.only(t).body, tc.want)
+			httpfake.AssertJSON(t, "request body", f.Only(t).Body, tc.want)
 		})
 	}
 }
@@ -227,10 +228,10 @@ func TestInvalidRequests(t *testing.T) {
 	} {
 		for _, fl := range flavours {
 			t.Run(tc.name+"/"+fl.name, func(t *testing.T) {
-				f := newFake(t, jsonBody(200, okBody))
-				p, err := New(Config{APIKey: testKey, BaseURL: f.baseURL()})
+				f := httpfake.New(t, httpfake.JSON(200, okBody))
+				p, err := New(Config{APIKey: testKey, BaseURL: f.URL() + "/v1"})
 				if fl.name == CompatibleName {
-					p, err = NewCompatible(Config{BaseURL: f.baseURL()})
+					p, err = NewCompatible(Config{BaseURL: f.URL() + "/v1"})
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -246,7 +247,7 @@ func TestInvalidRequests(t *testing.T) {
 				if _, err := p.WireRequest(tc.req); !errors.Is(err, errs.InvalidArgument) {
 					t.Fatalf("WireRequest: %v", err)
 				}
-				if n := f.count(); n != 0 {
+				if n := f.Count(); n != 0 {
 					t.Fatalf("server got %d requests, want none", n)
 				}
 			})

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
@@ -105,8 +106,8 @@ func TestResponseMapping(t *testing.T) {
 	} {
 		for _, fl := range flavours {
 			t.Run(tc.name+"/"+fl.name, func(t *testing.T) {
-				f := newFake(t, jsonBody(200, tc.body))
-				p := fl.make(t, f.baseURL())
+				f := httpfake.New(t, httpfake.JSON(200, tc.body))
+				p := fl.make(t, f.URL()+"/v1")
 				got, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 				if err != nil {
 					t.Fatal(err)

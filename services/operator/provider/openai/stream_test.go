@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -104,8 +105,8 @@ func TestStreaming(t *testing.T) {
 	} {
 		for _, fl := range flavours {
 			t.Run(tc.name+"/"+fl.name, func(t *testing.T) {
-				f := newFake(t, sse(tc.events...))
-				p := fl.make(t, f.baseURL())
+				f := httpfake.New(t, httpfake.SSE(tc.events...))
+				p := fl.make(t, f.URL()+"/v1")
 				var chunks []string
 				got, err := p.Complete(context.Background(), &provider.Request{
 					Messages:  []provider.Message{userText("hi")},
@@ -124,15 +125,15 @@ func TestStreaming(t *testing.T) {
 				if strings.Join(chunks, "") != got.Text() {
 					t.Fatalf("chunks %q do not make the text %q", chunks, got.Text())
 				}
-				req := f.only(t)
-				if req.path != "/v1/chat/completions" {
-					t.Fatalf("path %q", req.path)
+				req := f.Only(t)
+				if req.Path != "/v1/chat/completions" {
+					t.Fatalf("path %q", req.Path)
 				}
 				maxField := "max_completion_tokens"
 				if fl.name == CompatibleName {
 					maxField = "max_tokens"
 				}
-				assertJSON(t, req.body, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"`+maxField+
+				httpfake.AssertJSON(t, "request body", req.Body, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"`+maxField+
 					`":100,"stream":true,"stream_options":{"include_usage":true}}`)
 			})
 		}
@@ -147,16 +148,16 @@ func TestStreamFailures(t *testing.T) {
 		status  int
 		message string
 	}{
-		{"ends without a finish reason", sse(chunk(`{"role":"assistant","content":"Hel"}`, "")),
+		{"ends without a finish reason", httpfake.SSE(chunk(`{"role":"assistant","content":"Hel"}`, "")),
 			errs.Retryable, 0, "the stream ended before the response was complete"},
-		{"DONE without a finish reason", sse(chunk(`{"role":"assistant","content":"Hel"}`, ""), "[DONE]"),
+		{"DONE without a finish reason", httpfake.SSE(chunk(`{"role":"assistant","content":"Hel"}`, ""), "[DONE]"),
 			errs.Retryable, 0, "the stream ended before the response was complete"},
-		{"error event", sse(chunk(`{"role":"assistant","content":"Hel"}`, ""),
+		{"error event", httpfake.SSE(chunk(`{"role":"assistant","content":"Hel"}`, ""),
 			`{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`),
 			errs.Retryable, 0, "error event in the stream: The server had an error while processing your request. Sorry about that!"},
-		{"error event with an HTTP code (vLLM)", sse(`{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","param":null,"code":400}}`),
+		{"error event with an HTTP code (vLLM)", httpfake.SSE(`{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","param":null,"code":400}}`),
 			errs.NonRetryable, 0, "error event in the stream (code 400): This model's maximum context length is 4096 tokens."},
-		{"malformed chunk", sse(chunk(`{"role":"assistant","content":"Hel"}`, ""), `{"id": "x", "choices": [`),
+		{"malformed chunk", httpfake.SSE(chunk(`{"role":"assistant","content":"Hel"}`, ""), `{"id": "x", "choices": [`),
 			errs.NonRetryable, 0, ""},
 		{"cut short mid-stream", func(w http.ResponseWriter, r *http.Request) {
 			conn, buf, err := w.(http.Hijacker).Hijack()
@@ -173,8 +174,8 @@ func TestStreamFailures(t *testing.T) {
 	} {
 		for _, fl := range flavours {
 			t.Run(tc.name+"/"+fl.name, func(t *testing.T) {
-				f := newFake(t, tc.handler)
-				p := fl.make(t, f.baseURL())
+				f := httpfake.New(t, tc.handler)
+				p := fl.make(t, f.URL()+"/v1")
 				_, err := p.Complete(context.Background(), &provider.Request{
 					Messages: []provider.Message{userText("hi")}, OnText: func(string) {},
 				})
@@ -196,13 +197,13 @@ func TestStreamFailures(t *testing.T) {
 func TestCancelMidStream(t *testing.T) {
 	for _, fl := range flavours {
 		t.Run(fl.name, func(t *testing.T) {
-			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				_, _ = io.WriteString(w, "data: "+chunk(`{"role":"assistant","content":"Hel"}`, "")+"\n\n")
 				w.(http.Flusher).Flush()
 				<-r.Context().Done() // hold the stream open until the client goes
 			})
-			p := fl.make(t, f.baseURL())
+			p := fl.make(t, f.URL()+"/v1")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var chunks []string
@@ -223,11 +224,11 @@ func TestCancelMidStream(t *testing.T) {
 func TestCancelBeforeAnswer(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		arrived := make(chan struct{})
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) {
 			close(arrived)
 			<-r.Context().Done()
 		})
-		p := flavours[0].make(t, f.baseURL())
+		p := flavours[0].make(t, f.URL()+"/v1")
 		ctx, cancel := context.WithCancel(context.Background())
 		req := &provider.Request{Messages: []provider.Message{userText("hi")}}
 		if stream {
@@ -246,8 +247,8 @@ func TestCancelBeforeAnswer(t *testing.T) {
 }
 
 func TestDeadline(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	p := flavours[1].make(t, f.baseURL())
+	f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	p := flavours[1].make(t, f.URL()+"/v1")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := p.Complete(ctx, &provider.Request{Messages: []provider.Message{userText("hi")}})
@@ -283,7 +284,7 @@ func TestConnectionRefused(t *testing.T) {
 }
 
 func TestBodyCutShort(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	f := httpfake.New(t, func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -293,7 +294,7 @@ func TestBodyCutShort(t *testing.T) {
 		_ = buf.Flush()
 		_ = conn.Close()
 	})
-	p := flavours[0].make(t, f.baseURL())
+	p := flavours[0].make(t, f.URL()+"/v1")
 	_, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 	pe := asProviderError(t, err)
 	if pe.Kind != errs.Retryable || pe.HTTPStatus != 0 || pe.Message != "reading the response: unexpected EOF" {
@@ -307,21 +308,21 @@ func TestMalformedResponse(t *testing.T) {
 		handler http.HandlerFunc
 		message string
 	}{
-		{"truncated JSON", jsonBody(200, `{"id": "chatcmpl-1", "choices": [`), "malformed response (HTTP 200): error parsing response json: unexpected EOF"},
+		{"truncated JSON", httpfake.JSON(200, `{"id": "chatcmpl-1", "choices": [`), "malformed response (HTTP 200): error parsing response json: unexpected EOF"},
 		{"not JSON", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html")
 			_, _ = io.WriteString(w, "<html>captive portal</html>")
 		}, "malformed response (HTTP 200): expected destination type of 'string' or '[]byte' for responses with content-type 'text/html' that is not 'application/json'"},
-		{"no choices", jsonBody(200, `{"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o", "choices": []}`),
+		{"no choices", httpfake.JSON(200, `{"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o", "choices": []}`),
 			"malformed response: no choices"},
-		{"content of the wrong type", jsonBody(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": 42}, "finish_reason": "stop"}]}`),
+		{"content of the wrong type", httpfake.JSON(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": 42}, "finish_reason": "stop"}]}`),
 			"malformed response (HTTP 200): error parsing response json: content is neither a string nor an array of parts: 42"},
-		{"usage of the wrong type", jsonBody(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": "ten"}}`),
+		{"usage of the wrong type", httpfake.JSON(200, `{"model": "m", "choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": "ten"}}`),
 			"malformed response (HTTP 200): error parsing response json: json: cannot unmarshal string into Go struct field usageFields.usage.prompt_tokens of type int64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t, tc.handler)
-			p := flavours[0].make(t, f.baseURL())
+			f := httpfake.New(t, tc.handler)
+			p := flavours[0].make(t, f.URL()+"/v1")
 			_, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 			pe := asProviderError(t, err)
 			if pe.Kind != errs.NonRetryable || pe.HTTPStatus != 0 || pe.Message != tc.message {

@@ -9,15 +9,17 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
 // countingAPI answers call n with response "resp_<n+1>" holding the text
 // "answer <n+1>".
-func countingAPI(t *testing.T) *fakeAPI {
-	return newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, n int) {
-		jsonResponse(w, 200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))
+func countingAPI(t *testing.T) *httpfake.Server {
+	return newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		n := httpfake.Index(r)
+		httpfake.JSON(200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))(w, r)
 	})
 }
 
@@ -31,9 +33,9 @@ func assistantItem(text string) string {
 
 // assertCall checks what a call sent for chaining: previous_response_id
 // (absent when ""), store, and the input items.
-func assertCall(t *testing.T, f *fakeAPI, i int, previous string, store bool, input ...string) {
+func assertCall(t *testing.T, f *httpfake.Server, i int, previous string, store bool, input ...string) {
 	t.Helper()
-	body := f.call(i).body
+	body := f.Nth(t, i).JSON(t)
 	got, has := body["previous_response_id"]
 	switch {
 	case previous == "" && has:
@@ -44,7 +46,7 @@ func assertCall(t *testing.T, f *fakeAPI, i int, previous string, store bool, in
 	if body["store"] != store {
 		t.Errorf("call %d: store %v, want %v", i, body["store"], store)
 	}
-	assertJSON(t, fmt.Sprintf("call %d input", i), body["input"], "["+join(input)+"]")
+	httpfake.AssertJSON(t, fmt.Sprintf("call %d input", i), body["input"], "["+join(input)+"]")
 }
 
 func join(items []string) string {
@@ -73,13 +75,14 @@ func complete(t *testing.T, p *Provider, session string, msgs []provider.Message
 }
 
 func TestChainingSendsOnlyNewItems(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		n := httpfake.Index(r)
 		if n == 0 {
-			jsonResponse(w, 200, responseBody("resp_1", "completed", "",
-				"["+reasoningItem+","+functionCallItem("fc_1", "call_1", "read", `{"path":"a.txt"}`)+"]", ""))
+			httpfake.JSON(200, responseBody("resp_1", "completed", "",
+				"["+reasoningItem+","+functionCallItem("fc_1", "call_1", "read", `{"path":"a.txt"}`)+"]", ""))(w, r)
 			return
 		}
-		jsonResponse(w, 200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))
+		httpfake.JSON(200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))(w, r)
 	})
 	p := newTestProvider(t, f)
 	msgs := []provider.Message{userText("Read a.txt")}
@@ -99,7 +102,7 @@ func TestChainingSendsOnlyNewItems(t *testing.T) {
 	// Instructions and tools are not carried over by the API: every call
 	// sends them.
 	for i := range 3 {
-		body := f.call(i).body
+		body := f.Nth(t, i).JSON(t)
 		if body["instructions"] != "Be brief." || len(body["tools"].([]any)) != 1 {
 			t.Errorf("call %d: instructions %v tools %v", i, body["instructions"], body["tools"])
 		}
@@ -164,38 +167,36 @@ func TestChainingDivergedHistory(t *testing.T) {
 
 func TestChainingPreviousNotFound(t *testing.T) {
 	notFound := `{"error":{"message":"Previous response with id 'resp_1' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}`
-	httpError := func(status int, body string) func(http.ResponseWriter) {
-		return func(w http.ResponseWriter) { jsonResponse(w, status, body) }
-	}
-	event := func(ev string) func(http.ResponseWriter) {
-		return func(w http.ResponseWriter) { sseResponse(w, sseBody(append(created(), ev)...)) }
-	}
+	event := func(ev string) http.HandlerFunc { return httpfake.SSE(sseBody(append(created(), ev)...)) }
 	for _, tc := range []struct {
 		name      string
-		fail      func(http.ResponseWriter)
+		fail      http.HandlerFunc
 		streaming bool
 	}{
-		{"code", httpError(400, notFound), false},
-		{"404", httpError(404, `{"error":{"message":"Previous response with id 'resp_1' not found.","type":"invalid_request_error","param":null,"code":null}}`), false},
-		{"code, streaming", httpError(400, notFound), true},
+		{"code", httpfake.JSON(400, notFound), false},
+		{"404", httpfake.JSON(404, `{"error":{"message":"Previous response with id 'resp_1' not found.","type":"invalid_request_error","param":null,"code":null}}`), false},
+		{"code, streaming", httpfake.JSON(400, notFound), true},
 		{"error event", event(`{"type":"error","sequence_number":2,"code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found.","param":"previous_response_id"}`), true},
 		{"nested error event", event(`{"type":"error","sequence_number":2,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found.","param":"previous_response_id"}}`), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, body map[string]any, n int) {
+			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+				n := httpfake.Index(r)
+				var body map[string]any
+				_ = json.NewDecoder(r.Body).Decode(&body) // newFakeAPI checks it
 				if n == 1 {
-					tc.fail(w)
+					tc.fail(w, r)
 					return
 				}
 				id, text := fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)
 				if body["stream"] == true {
-					sseResponse(w, sseBody(append(created(),
+					httpfake.SSE(sseBody(append(created(),
 						`{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}`,
 						textDelta(3, 0, "msg_1", text),
-						fmt.Sprintf(`{"type":"response.completed","sequence_number":4,"response":%s}`, textResponse(id, text)))...))
+						fmt.Sprintf(`{"type":"response.completed","sequence_number":4,"response":%s}`, textResponse(id, text)))...))(w, r)
 					return
 				}
-				jsonResponse(w, 200, textResponse(id, text))
+				httpfake.JSON(200, textResponse(id, text))(w, r)
 			})
 			p := newTestProvider(t, f)
 			var chunks []string
@@ -217,8 +218,8 @@ func TestChainingPreviousNotFound(t *testing.T) {
 			if r2.Text() != "answer 3" {
 				t.Errorf("second call answered %q, want the fallback's answer 3", r2.Text())
 			}
-			if f.count() != 3 {
-				t.Fatalf("the API got %d calls, want 3", f.count())
+			if f.Count() != 3 {
+				t.Fatalf("the API got %d calls, want 3", f.Count())
 			}
 			assertCall(t, f, 1, "resp_1", true, userItem("two"))
 			assertCall(t, f, 2, "", true, userItem("one"), assistantItem("answer 1"), userItem("two"))
@@ -235,12 +236,13 @@ func TestChainingPreviousNotFound(t *testing.T) {
 }
 
 func TestChainingOtherErrorsAreNotRetried(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, body map[string]any, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		n := httpfake.Index(r)
 		if n == 1 {
-			jsonResponse(w, 500, `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`)
+			httpfake.JSON(500, `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`)(w, r)
 			return
 		}
-		jsonResponse(w, 200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))
+		httpfake.JSON(200, textResponse(fmt.Sprintf("resp_%d", n+1), fmt.Sprintf("answer %d", n+1)))(w, r)
 	})
 	p := newTestProvider(t, f)
 	msgs := []provider.Message{userText("one")}
@@ -248,8 +250,8 @@ func TestChainingOtherErrorsAreNotRetried(t *testing.T) {
 	msgs = append(msgs, assistantOf(r1), userText("two"))
 	_, err := p.Complete(context.Background(), &provider.Request{SessionID: "s1", Messages: msgs})
 	providerErr(t, err, errs.Retryable, 500)
-	if f.count() != 2 {
-		t.Fatalf("the API got %d calls, want 2", f.count())
+	if f.Count() != 2 {
+		t.Fatalf("the API got %d calls, want 2", f.Count())
 	}
 	// The chain survives the failure: the caller's retry chains again.
 	complete(t, p, "s1", msgs)
@@ -321,14 +323,16 @@ func TestChainingEviction(t *testing.T) {
 
 func TestChainingConcurrent(t *testing.T) {
 	const sessions, turns = 8, 5
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, body map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body) // newFakeAPI checks it
 		// The id names the last user text, e.g. resp_s3-t2.
 		input, _ := body["input"].([]any)
 		last, _ := input[len(input)-1].(map[string]any)
 		content, _ := last["content"].([]any)
 		part, _ := content[0].(map[string]any)
 		marker, _ := part["text"].(string)
-		jsonResponse(w, 200, textResponse("resp_"+marker, "answer to "+marker))
+		httpfake.JSON(200, textResponse("resp_"+marker, "answer to "+marker))(w, r)
 	})
 	p := newTestProvider(t, f)
 	var wg sync.WaitGroup
@@ -348,11 +352,11 @@ func TestChainingConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if f.count() != sessions*turns {
-		t.Fatalf("the API got %d calls, want %d", f.count(), sessions*turns)
+	if f.Count() != sessions*turns {
+		t.Fatalf("the API got %d calls, want %d", f.Count(), sessions*turns)
 	}
-	for i := range f.count() {
-		body := f.call(i).body
+	for i := range f.Count() {
+		body := f.Nth(t, i).JSON(t)
 		input := body["input"].([]any)
 		last := input[len(input)-1].(map[string]any)
 		marker := last["content"].([]any)[0].(map[string]any)["text"].(string)
@@ -420,15 +424,16 @@ func TestPrefixHash(t *testing.T) {
 }
 
 func TestChainingNoFallbackAfterText(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, body map[string]any, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		n := httpfake.Index(r)
 		if n == 1 {
-			sseResponse(w, sseBody(append(created(),
+			httpfake.SSE(sseBody(append(created(),
 				`{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}`,
 				textDelta(3, 0, "msg_1", "partial"),
-				`{"type":"error","sequence_number":4,"code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found.","param":"previous_response_id"}`)...))
+				`{"type":"error","sequence_number":4,"code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found.","param":"previous_response_id"}`)...))(w, r)
 			return
 		}
-		jsonResponse(w, 200, textResponse(fmt.Sprintf("resp_%d", n+1), "answer"))
+		httpfake.JSON(200, textResponse(fmt.Sprintf("resp_%d", n+1), "answer"))(w, r)
 	})
 	p := newTestProvider(t, f)
 	msgs := []provider.Message{userText("one")}
@@ -439,7 +444,7 @@ func TestChainingNoFallbackAfterText(t *testing.T) {
 	if pe.Message != "previous_response_not_found: Previous response with id 'resp_1' not found." {
 		t.Errorf("message %q", pe.Message)
 	}
-	if f.count() != 2 {
-		t.Errorf("the API got %d calls, want 2: no fallback once text reached OnText", f.count())
+	if f.Count() != 2 {
+		t.Errorf("the API got %d calls, want 2: no fallback once text reached OnText", f.Count())
 	}
 }

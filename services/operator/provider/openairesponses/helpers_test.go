@@ -4,80 +4,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
 const testKey = "sk-test-0123456789abcdef"
 
-// captured is one request the fake API received.
-type captured struct {
-	method, path, auth string
-	body               map[string]any
-}
-
-// fakeAPI is an httptest server speaking the Responses API wire format. Its
-// handler gets the decoded body and the index of the call (from 0).
-type fakeAPI struct {
-	t       *testing.T
-	srv     *httptest.Server
-	mu      sync.Mutex
-	calls   []captured
-	handler func(w http.ResponseWriter, r *http.Request, body map[string]any, n int)
-}
-
-func newFakeAPI(t *testing.T, handler func(w http.ResponseWriter, r *http.Request, body map[string]any, n int)) *fakeAPI {
+// newFakeAPI is a local Responses API answering with handler; every
+// request body must be a JSON object. Handlers that answer by the call's
+// position use httpfake.Index.
+func newFakeAPI(t *testing.T, handler http.HandlerFunc) *httpfake.Server {
 	t.Helper()
-	f := &fakeAPI{t: t, handler: handler}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Errorf("reading request body: %v", err)
-			return
-		}
-		var body map[string]any
-		if err := json.Unmarshal(raw, &body); err != nil {
-			t.Errorf("request body is not a JSON object: %v: %s", err, raw)
-		}
-		f.mu.Lock()
-		n := len(f.calls)
-		f.calls = append(f.calls, captured{method: r.Method, path: r.URL.Path, auth: r.Header.Get("Authorization"), body: body})
-		f.mu.Unlock()
-		f.handler(w, r, body, n)
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
+	return httpfake.New(t, httpfake.RequireJSON(t, handler))
 }
 
-func (f *fakeAPI) call(i int) captured {
-	f.t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if i >= len(f.calls) {
-		f.t.Fatalf("want call %d, the API got %d calls", i, len(f.calls))
-	}
-	return f.calls[i]
-}
-
-func (f *fakeAPI) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.calls)
-}
-
-func (f *fakeAPI) baseURL() string { return f.srv.URL + "/v1" }
-
-func newTestProvider(t *testing.T, f *fakeAPI, mod ...func(*Config)) *Provider {
+func newTestProvider(t *testing.T, f *httpfake.Server, mod ...func(*Config)) *Provider {
 	t.Helper()
-	cfg := Config{APIKey: testKey, BaseURL: f.baseURL(), DefaultModel: "gpt-4.1"}
+	cfg := Config{APIKey: testKey, BaseURL: f.URL() + "/v1", DefaultModel: "gpt-4.1"}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -86,13 +35,6 @@ func newTestProvider(t *testing.T, f *fakeAPI, mod ...func(*Config)) *Provider {
 		t.Fatalf("New: %v", err)
 	}
 	return p
-}
-
-// jsonResponse answers with a JSON body.
-func jsonResponse(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
 }
 
 const defaultUsage = `{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123}`
@@ -153,7 +95,7 @@ func textResponse(id, text string) string {
 }
 
 // sseBody renders events, each a JSON object with a "type", as the API
-// streams them.
+// streams them: one httpfake.Event frame each, for httpfake.SSE.
 func sseBody(events ...string) string {
 	var b strings.Builder
 	for _, ev := range events {
@@ -164,37 +106,9 @@ func sseBody(events ...string) string {
 			panic(fmt.Sprintf("bad test event %s: %v", ev, err))
 		}
 		compact := strings.Join(strings.Fields(ev), " ")
-		fmt.Fprintf(&b, "event: %s\ndata: %s\n\n", head.Type, compact)
+		b.WriteString(httpfake.Event(head.Type, compact))
 	}
 	return b.String()
-}
-
-func sseResponse(w http.ResponseWriter, body string) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.WriteString(w, body)
-}
-
-// assertJSON checks that got, a decoded JSON value, equals want.
-func assertJSON(t *testing.T, what string, got any, want string) {
-	t.Helper()
-	var w any
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatalf("%s: bad expected JSON: %v", what, err)
-	}
-	if !reflect.DeepEqual(got, w) {
-		g, _ := json.Marshal(got)
-		t.Errorf("%s:\n got %s\nwant %s", what, g, mustCompact(want))
-	}
-}
-
-func mustCompact(s string) string {
-	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return s
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // providerErr checks that err is a *provider.Error of the given kind and

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -32,11 +33,9 @@ func TestNewAPIKey(t *testing.T) {
 		{"environment", "", "sk-env-key", "Bearer sk-env-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-				jsonResponse(w, 200, textResponse("resp_1", "hi"))
-			})
+			f := newFakeAPI(t, httpfake.JSON(200, textResponse("resp_1", "hi")))
 			t.Setenv(EnvAPIKey, tc.envKey)
-			t.Setenv(EnvBaseURL, f.baseURL())
+			t.Setenv(EnvBaseURL, f.URL()+"/v1")
 			p, err := New(Config{APIKey: tc.cfgKey, DefaultModel: "gpt-4.1"})
 			if err != nil {
 				t.Fatal(err)
@@ -44,8 +43,8 @@ func TestNewAPIKey(t *testing.T) {
 			if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}}); err != nil {
 				t.Fatal(err)
 			}
-			if c := f.call(0); c.auth != tc.wantAuth || c.path != "/v1/responses" {
-				t.Errorf("auth %q path %q, want %q /v1/responses", c.auth, c.path, tc.wantAuth)
+			if c := f.Nth(t, 0); c.Header.Get("Authorization") != tc.wantAuth || c.Path != "/v1/responses" {
+				t.Errorf("auth %q path %q, want %q /v1/responses", c.Header.Get("Authorization"), c.Path, tc.wantAuth)
 			}
 		})
 	}
@@ -62,10 +61,8 @@ func TestName(t *testing.T) {
 }
 
 func TestPlainText(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-		jsonResponse(w, 200, responseBody("resp_1", "completed", "", "["+messageItem("msg_1", "Hello there.")+"]",
-			`{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":123}`))
-	})
+	f := newFakeAPI(t, httpfake.JSON(200, responseBody("resp_1", "completed", "", "["+messageItem("msg_1", "Hello there.")+"]",
+		`{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":123}`)))
 	p := newTestProvider(t, f, func(c *Config) { c.MaxTokens = 1024 })
 	resp, err := p.Complete(context.Background(), &provider.Request{
 		Model:    "gpt-4.1-mini",
@@ -82,11 +79,11 @@ func TestPlainText(t *testing.T) {
 		Usage: provider.Usage{InputTokens: 36, OutputTokens: 87},
 		Model: "gpt-4.1-2025-04-14",
 	})
-	c := f.call(0)
-	if c.method != http.MethodPost || c.path != "/v1/responses" || c.auth != "Bearer "+testKey {
-		t.Errorf("request %s %s auth %q", c.method, c.path, c.auth)
+	c := f.Nth(t, 0)
+	if c.Method != http.MethodPost || c.Path != "/v1/responses" || c.Header.Get("Authorization") != "Bearer "+testKey {
+		t.Errorf("request %s %s auth %q", c.Method, c.Path, c.Header.Get("Authorization"))
 	}
-	assertJSON(t, "body", c.body, `{
+	httpfake.AssertJSON(t, "body", c.Body, `{
 		"model": "gpt-4.1-mini",
 		"instructions": "You are terse.",
 		"input": [{"type":"message","role":"user","content":[{"type":"input_text","text":"Say hello."}]}],
@@ -97,9 +94,7 @@ func TestPlainText(t *testing.T) {
 }
 
 func TestRequestMapping(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-		jsonResponse(w, 200, textResponse("resp_1", "ok"))
-	})
+	f := newFakeAPI(t, httpfake.JSON(200, textResponse("resp_1", "ok")))
 	p := newTestProvider(t, f)
 	png := []byte("\x89PNG\r\n\x1a\n0000")
 	_, err := p.Complete(context.Background(), &provider.Request{
@@ -131,7 +126,7 @@ func TestRequestMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertJSON(t, "body", f.call(0).body, `{
+	httpfake.AssertJSON(t, "body", f.Nth(t, 0).Body, `{
 		"model": "gpt-4.1",
 		"max_output_tokens": 300,
 		"store": false,
@@ -158,16 +153,14 @@ func TestRequestMapping(t *testing.T) {
 }
 
 func TestToolCalls(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-		jsonResponse(w, 200, responseBody("resp_2", "completed", "", "["+
-			reasoningItem+","+
-			messageItem("msg_1", "Reading both.")+","+
-			functionCallItem("fc_1", "call_1", "read", `{"path":"a.txt"}`)+","+
-			functionCallItem("fc_2", "call_2", "read", `{"path": "b.txt"`)+","+
-			functionCallItem("fc_3", "call_3", "now", ``)+
-			"]",
-			`{"input_tokens":120,"input_tokens_details":{"cached_tokens":0},"output_tokens":300,"output_tokens_details":{"reasoning_tokens":256},"total_tokens":420}`))
-	})
+	f := newFakeAPI(t, httpfake.JSON(200, responseBody("resp_2", "completed", "", "["+
+		reasoningItem+","+
+		messageItem("msg_1", "Reading both.")+","+
+		functionCallItem("fc_1", "call_1", "read", `{"path":"a.txt"}`)+","+
+		functionCallItem("fc_2", "call_2", "read", `{"path": "b.txt"`)+","+
+		functionCallItem("fc_3", "call_3", "now", ``)+
+		"]",
+		`{"input_tokens":120,"input_tokens_details":{"cached_tokens":0},"output_tokens":300,"output_tokens_details":{"reasoning_tokens":256},"total_tokens":420}`)))
 	p := newTestProvider(t, f)
 	resp, err := p.Complete(context.Background(), &provider.Request{
 		Messages: []provider.Message{userText("Read a and b.")},
@@ -206,9 +199,7 @@ func TestStopReasons(t *testing.T) {
 		{"empty output", "completed", "", "[]", nil, provider.StopEndTurn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-				jsonResponse(w, 200, responseBody("resp_1", tc.status, tc.reason, tc.output, ""))
-			})
+			f := newFakeAPI(t, httpfake.JSON(200, responseBody("resp_1", tc.status, tc.reason, tc.output, "")))
 			resp, err := newTestProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("go")}})
 			if err != nil {
 				t.Fatal(err)
@@ -236,9 +227,7 @@ func TestUsage(t *testing.T) {
 			provider.Usage{InputTokens: 0, OutputTokens: 1, CacheReadTokens: 64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-				jsonResponse(w, 200, responseBody("resp_1", "completed", "", "["+messageItem("m", "x")+"]", tc.usage))
-			})
+			f := newFakeAPI(t, httpfake.JSON(200, responseBody("resp_1", "completed", "", "["+messageItem("m", "x")+"]", tc.usage)))
 			resp, err := newTestProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("go")}})
 			if err != nil {
 				t.Fatal(err)
@@ -293,12 +282,12 @@ func TestHTTPErrors(t *testing.T) {
 				name += "/stream"
 			}
 			t.Run(name, func(t *testing.T) {
-				f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+				f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 					for k, v := range tc.header {
 						w.Header().Set(k, v)
 					}
 					if strings.HasPrefix(tc.body, "{") {
-						jsonResponse(w, tc.status, tc.body)
+						httpfake.JSON(tc.status, tc.body)(w, r)
 						return
 					}
 					w.Header().Set("Content-Type", "text/plain")
@@ -315,7 +304,7 @@ func TestHTTPErrors(t *testing.T) {
 				if pe.Message != tc.message || pe.RetryAfter != tc.retryAfter || pe.Model != "gpt-4.1" {
 					t.Errorf("message %q retry after %v model %q; want %q %v gpt-4.1", pe.Message, pe.RetryAfter, pe.Model, tc.message, tc.retryAfter)
 				}
-				if n := f.count(); n != 1 {
+				if n := f.Count(); n != 1 {
 					t.Errorf("the API got %d calls, want 1 (no SDK retries)", n)
 				}
 				if len(texts) != 0 {
@@ -327,9 +316,7 @@ func TestHTTPErrors(t *testing.T) {
 }
 
 func TestKeyNeverInErrors(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-		jsonResponse(w, 401, `{"error":{"message":"key `+testKey+` was refused","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`)
-	})
+	f := newFakeAPI(t, httpfake.JSON(401, `{"error":{"message":"key `+testKey+` was refused","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`))
 	_, err := newTestProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 	pe := providerErr(t, err, errs.NonRetryable, 401)
 	if pe.Message != "key [redacted] was refused" {
@@ -362,7 +349,7 @@ func TestConnectionRefused(t *testing.T) {
 }
 
 func TestConnectionReset(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		conn, _, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -395,10 +382,7 @@ func TestMalformedResponses(t *testing.T) {
 			errs.NonRetryable, `cancelled: the response has status "cancelled", not completed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-				w.Header().Set("Content-Type", tc.contentType)
-				_, _ = w.Write([]byte(tc.body))
-			})
+			f := newFakeAPI(t, httpfake.JSON(200, tc.body, "Content-Type", tc.contentType))
 			_, err := newTestProvider(t, f).Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 			pe := providerErr(t, err, tc.kind, 0)
 			if tc.message != "" && pe.Message != tc.message {
@@ -412,7 +396,7 @@ func TestMalformedResponses(t *testing.T) {
 }
 
 func TestInvalidRequests(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		t.Error("the API was called")
 	})
 	for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -38,11 +39,9 @@ func completedEvent(typ, status, incomplete, output, usage string) string {
 	return fmt.Sprintf(`{"type":%q,"sequence_number":99,"response":%s}`, typ, responseBody("resp_s1", status, incomplete, output, usage))
 }
 
-func streamProvider(t *testing.T, events string) (*Provider, *fakeAPI) {
+func streamProvider(t *testing.T, events string) (*Provider, *httpfake.Server) {
 	t.Helper()
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
-		sseResponse(w, events)
-	})
+	f := newFakeAPI(t, httpfake.SSE(events))
 	return newTestProvider(t, f), f
 }
 
@@ -96,7 +95,7 @@ func TestStreaming(t *testing.T) {
 		Usage: provider.Usage{InputTokens: 476, OutputTokens: 220, CacheReadTokens: 1024},
 		Model: "gpt-4.1-2025-04-14",
 	})
-	assertJSON(t, "body", f.call(0).body, `{
+	httpfake.AssertJSON(t, "body", f.Nth(t, 0).Body, `{
 		"model": "gpt-4.1",
 		"stream": true,
 		"store": false,
@@ -249,7 +248,7 @@ func TestStreamingFailures(t *testing.T) {
 }
 
 func TestStreamingBodyCutMidEvent(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -269,7 +268,7 @@ func TestStreamingBodyCutMidEvent(t *testing.T) {
 
 func TestStreamingCancel(t *testing.T) {
 	released := make(chan struct{})
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		defer close(released)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -307,7 +306,7 @@ func TestStreamingCancel(t *testing.T) {
 }
 
 func TestCancelBeforeResponse(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any, _ int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/secbear/neuron/internal/httpfake"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
 )
@@ -131,23 +131,23 @@ type step struct {
 }
 
 // flakyServer answers requests with its steps in order, repeating the
-// last one when they run out, and records the models asked for.
+// last one when they run out, and records them.
 type flakyServer struct {
-	*httptest.Server
-	mu     sync.Mutex
-	steps  []step
-	models []string
+	URL string
+	srv *httpfake.Server
 }
 
 func newFlakyServer(t *testing.T, steps ...step) *flakyServer {
 	t.Helper()
-	s := &flakyServer{steps: steps}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
-	t.Cleanup(s.Close)
-	return s
+	handlers := make([]http.HandlerFunc, len(steps))
+	for i, st := range steps {
+		handlers[i] = st.serve
+	}
+	srv := httpfake.New(t, httpfake.Sequence(handlers...))
+	return &flakyServer{URL: srv.URL(), srv: srv}
 }
 
-func (s *flakyServer) handle(w http.ResponseWriter, r *http.Request) {
+func (st step) serve(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Model  string `json:"model"`
 		Stream bool   `json:"stream"`
@@ -156,19 +156,11 @@ func (s *flakyServer) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error": {"message": "bad request"}}`, http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	n := len(s.models)
-	s.models = append(s.models, in.Model)
-	st := s.steps[min(n, len(s.steps)-1)]
-	s.mu.Unlock()
-
 	if st.status != 0 && st.status != http.StatusOK {
 		if st.retryAfter != "" {
 			w.Header().Set("Retry-After", st.retryAfter)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(st.status)
-		fmt.Fprintf(w, `{"error": {"message": %q}}`, st.message)
+		httpfake.JSON(st.status, fmt.Sprintf(`{"error": {"message": %q}}`, st.message))(w, r)
 		return
 	}
 	ans := st.answer
@@ -206,10 +198,18 @@ func joinChunks(cs []string) string {
 	return s
 }
 
+// requests returns the models the requests asked for, in order ("" for
+// one that named none or was not JSON).
 func (s *flakyServer) requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.models...)
+	var models []string
+	for _, r := range s.srv.Requests() {
+		var in struct {
+			Model string `json:"model"`
+		}
+		_ = json.Unmarshal(r.Body, &in)
+		models = append(models, in.Model)
+	}
+	return models
 }
 
 // sleepRecorder records the waits Retry asks for without waiting.
