@@ -26,8 +26,8 @@ import (
 	"github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/gen/layer0/types/v1"
-	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/internal/testenv"
+	"github.com/secbear/neuron/pkg/grpcclient"
 )
 
 // The tests run the Python and Node example clients, and the grpcurl

@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	conformance "github.com/secbear/neuron/pkg/conformance/orchestrator"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/money"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/shopspring/decimal"
 )
 

@@ -26,8 +26,8 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
-	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/internal/testenv"
+	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/services/environment/docker"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
-	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/internal/testenv"
+	conformance "github.com/secbear/neuron/pkg/conformance/state"
 )
 
 // stateService is the StateService's name in grpc.health.v1.

@@ -7,10 +7,10 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/secbear/neuron/internal/testenv"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/services/state"
 )
 
