@@ -42,9 +42,19 @@ test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker
 	bash scripts/test-deps.sh
 	bash scripts/client-deps.sh
 
+# The commands tests run as processes. make test builds them first, so
+# that no test's clock and no package's -timeout includes a build on a
+# cold machine (internal/testenv.PrebuiltEnv).
+TEST_BINARIES := ./cmd/neuron ./services/state/cmd/state ./services/operator/cmd/operator \
+	./services/orchestrator/cmd/orchestrator ./services/environment/cmd/environment \
+	./services/environment/testdata/bridgeclient ./services/environment/docker/internal/probe
+TEST_BIN := $(CURDIR)/$(BIN)/test
+
 .PHONY: test
-test: test-deps ## Run every test with the race detector (after test-deps).
-	$(GO) test $(TESTFLAGS) ./...
+test: test-deps ## Run every test with the race detector (after test-deps, with the binaries tests run built first).
+	@mkdir -p $(TEST_BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(TEST_BIN)/ $(TEST_BINARIES)
+	NEURON_TEST_BINARIES=$(TEST_BIN) $(GO) test $(TESTFLAGS) ./...
 
 .PHONY: build
 build: ## Build every binary into bin/.

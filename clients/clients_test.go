@@ -45,52 +45,12 @@ const (
 	echoPrefix    = "[scripted model] You said: "
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builds.dir != "" {
-		os.RemoveAll(builds.dir)
-	}
-	os.Exit(code)
-}
-
-// builds holds the service binaries, built once per test binary.
-var builds struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// serviceCmds are the commands built, by binary name.
-var serviceCmds = []string{"state", "operator", "orchestrator", "environment"}
-
-// binary returns the path of a service binary (one of serviceCmds),
-// building all of them the first time: one static go build into a
-// temporary directory, removed by TestMain.
+// binary returns the path of a service binary (one of state, operator,
+// orchestrator, environment): built once before the tests by make test,
+// else here (internal/testenv.BuildStatic), before any clock starts.
 func binary(t *testing.T, name string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is not on PATH; it is needed to build the service binaries")
-	}
-	builds.once.Do(func() {
-		builds.dir, builds.err = os.MkdirTemp("", "neuron-clients-bin-")
-		if builds.err != nil {
-			return
-		}
-		args := []string{"build", "-trimpath", "-o", builds.dir + string(filepath.Separator)}
-		for _, c := range serviceCmds {
-			args = append(args, "github.com/secbear/neuron/services/"+c+"/cmd/"+c)
-		}
-		cmd := exec.Command(goBin, args...)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			builds.err = fmt.Errorf("CGO_ENABLED=0 go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	})
-	if builds.err != nil {
-		t.Fatal(builds.err)
-	}
-	return filepath.Join(builds.dir, name)
+	return testenv.BuildStatic(t, "github.com/secbear/neuron/services/"+name+"/cmd/"+name)
 }
 
 // repoRoot is the repository's root: tests run in clients/.

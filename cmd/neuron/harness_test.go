@@ -15,53 +15,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// The binaries the integration tests run, built once per test process
-// (CGO_ENABLED=0, as `make build` does) into a shared temp dir.
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
+	"github.com/secbear/neuron/internal/testenv"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
 
 // binaries returns the directory holding neuron and the four service
-// binaries, building them on first use. It skips in -short mode.
+// binaries side by side (neuron up finds its services there): built
+// before the tests by make test, else on first use, before any clock
+// starts. It skips in -short mode.
 func binaries(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the five binaries; skipped with -short")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "neuron-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir = dir
-		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-			"github.com/secbear/neuron/cmd/neuron",
-			"github.com/secbear/neuron/services/state/cmd/state",
-			"github.com/secbear/neuron/services/operator/cmd/operator",
-			"github.com/secbear/neuron/services/environment/cmd/environment",
-			"github.com/secbear/neuron/services/orchestrator/cmd/orchestrator")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return testenv.BuildStaticDir(t,
+		"github.com/secbear/neuron/cmd/neuron",
+		"github.com/secbear/neuron/services/state/cmd/state",
+		"github.com/secbear/neuron/services/operator/cmd/operator",
+		"github.com/secbear/neuron/services/environment/cmd/environment",
+		"github.com/secbear/neuron/services/orchestrator/cmd/orchestrator")
 }
 
 // cleanEnv is the test's environment without model credentials and

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -909,26 +908,12 @@ func TestConfigNamesAreFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the four service binaries")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go is not on PATH: needed to build the services and read their flags")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
 	helpLine := regexp.MustCompile(`^  (--[a-z0-9-]+)  \[([A-Z0-9_]+)\]$`)
 	known := map[string]map[string]bool{}      // service -> its variables
 	knownFlags := map[string]map[string]bool{} // service -> its flags (--name)
 	for _, s := range services {
-		cmd := exec.Command(goBin, "build", "-o", bin+"/", "./services/"+s.name+"/cmd/"+s.name)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("build %s: %v\n%s", s.name, err, out)
-			continue
-		}
-		help := exec.Command(filepath.Join(bin, s.name), "--help")
+		bin := testenv.BuildStatic(t, "github.com/secbear/neuron/services/"+s.name+"/cmd/"+s.name)
+		help := exec.Command(bin, "--help")
 		var out bytes.Buffer
 		help.Stdout, help.Stderr = &out, &out
 		_ = help.Run() // --help exits 0 or 2 depending on the flag package

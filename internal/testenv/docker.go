@@ -279,9 +279,13 @@ var staticBuilds = struct {
 // on PATH and fails it when the build fails.
 //
 // A cold build of a large command takes minutes; later builds reuse Go's
-// build cache.
+// build cache. With PrebuiltEnv set (make test), the binary built before
+// the tests is used instead.
 func BuildStatic(t testing.TB, pkg string) string {
 	t.Helper()
+	if p := prebuilt(pkg); p != "" {
+		return p
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not on PATH; it is needed to build static binaries for images")
@@ -298,6 +302,73 @@ func BuildStatic(t testing.TB, pkg string) string {
 		t.Fatalf("building %s: %v", pkg, b.err)
 	}
 	return b.path
+}
+
+// PrebuiltEnv names a directory of static binaries built before the
+// tests start (make test builds TEST_BINARIES there), so that no test's
+// clock, and no package's -timeout, includes a build on a cold machine.
+// BuildStatic and BuildStaticDir take a command's binary from it, by the
+// last element of its package path, when it is there.
+const PrebuiltEnv = "NEURON_TEST_BINARIES"
+
+// prebuilt is pkg's binary in the PrebuiltEnv directory; "" when none.
+func prebuilt(pkg string) string {
+	dir := os.Getenv(PrebuiltEnv)
+	if dir == "" {
+		return ""
+	}
+	p := filepath.Join(dir, path.Base(path.Clean(filepath.ToSlash(pkg))))
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return p
+}
+
+// BuildStaticDir returns a directory holding the static binaries of all
+// pkgs side by side (for a program that finds its siblings there), taken
+// from the PrebuiltEnv directory when it has them all, else built into a
+// directory of its own, once per test binary and set of packages.
+func BuildStaticDir(t testing.TB, pkgs ...string) string {
+	t.Helper()
+	if dir := os.Getenv(PrebuiltEnv); dir != "" {
+		all := true
+		for _, pkg := range pkgs {
+			all = all && prebuilt(pkg) != ""
+		}
+		if all {
+			return dir
+		}
+	}
+	dir := filepath.Dir(BuildStatic(t, pkgs[0]))
+	for _, pkg := range pkgs[1:] {
+		if d := filepath.Dir(BuildStatic(t, pkg)); d != dir {
+			// Each package builds into its own directory: link them
+			// into one.
+			dir = linkDir(t, pkgs)
+			break
+		}
+	}
+	return dir
+}
+
+// linkDir is a directory of hard links (or copies) of pkgs' binaries.
+func linkDir(t testing.TB, pkgs []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, pkg := range pkgs {
+		src := BuildStatic(t, pkg)
+		dst := filepath.Join(dir, filepath.Base(src))
+		if err := os.Link(src, dst); err != nil {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
 }
 
 // buildStatic runs the build of BuildStatic.
