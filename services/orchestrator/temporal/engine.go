@@ -371,9 +371,9 @@ func workflowErr(err error, id string) error {
 
 // result asks a workflow for its view of itself.
 func (e *Engine) result(ctx context.Context, id string) (*twResult, error) {
-	v, err := e.c.QueryWorkflow(ctx, id, "", twQueryResult)
+	v, err := e.query(ctx, id, twQueryResult)
 	if err != nil {
-		return nil, queryErr(ctx, err, id)
+		return nil, err
 	}
 	var res twResult
 	if err := v.Get(&res); err != nil {
@@ -466,9 +466,9 @@ func (e *Engine) signal(ctx context.Context, id string, payload []byte, key stri
 // signalSeq asks a workflow for the sequence of the signal with key; 0
 // when it has none.
 func (e *Engine) signalSeq(ctx context.Context, id, key string) (uint64, error) {
-	v, err := e.c.QueryWorkflow(ctx, id, "", twQuerySigKey, key)
+	v, err := e.query(ctx, id, twQuerySigKey, key)
 	if err != nil {
-		return 0, queryErr(ctx, err, id)
+		return 0, err
 	}
 	var seq uint64
 	if err := v.Get(&seq); err != nil {
@@ -587,9 +587,9 @@ func (e *Engine) Events(ctx context.Context, id string, after uint64) ([]*lifecy
 		return nil, false, temporalErr(err, id)
 	}
 	closed := d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-	v, err := e.c.QueryWorkflow(ctx, id, "", twQueryEvents, after)
+	v, err := e.query(ctx, id, twQueryEvents, after)
 	if err != nil {
-		return nil, false, queryErr(ctx, err, id)
+		return nil, false, err
 	}
 	var raw [][]byte
 	if err := v.Get(&raw); err != nil {
@@ -702,16 +702,30 @@ func (e *Engine) List(ctx context.Context, want orchestratorv1.WorkflowStatus, s
 	return out, next, nil
 }
 
-// queryErr maps a failed query. A query the SDK gave up on before the
-// caller's deadline is UNAVAILABLE, which callers retry: Temporal sends
-// queries to the worker that last ran the workflow, and after that
-// worker died they wait out the sticky timeout before another answers.
-func queryErr(ctx context.Context, err error, id string) error {
-	err = temporalErr(err, id)
-	if ctx.Err() == nil && errors.Is(err, errs.DeadlineExceeded) {
-		return fmt.Errorf("workflow %q did not answer in time (its worker may have just stopped; another takes over within seconds): %w", id, errs.Unavailable)
+// queryAttempts bounds how often a query that timed out is asked again.
+const queryAttempts = 4
+
+// query asks a workflow a query. Temporal sends a query to the worker
+// that last ran the workflow and, after that worker stopped, waits out
+// the sticky timeout before another worker answers (replaying the
+// workflow first): on a loaded machine the SDK's own deadline can pass
+// in between. A query changes nothing, so one that timed out is asked
+// again while the caller's context allows. One that still did not
+// answer is UNAVAILABLE, which callers retry.
+func (e *Engine) query(ctx context.Context, id, name string, args ...any) (converter.EncodedValue, error) {
+	var err error
+	for attempt := 0; attempt < queryAttempts; attempt++ {
+		var v converter.EncodedValue
+		v, err = e.c.QueryWorkflow(ctx, id, "", name, args...)
+		if err == nil {
+			return v, nil
+		}
+		err = temporalErr(err, id)
+		if ctx.Err() != nil || !errors.Is(err, errs.DeadlineExceeded) {
+			return nil, err
+		}
 	}
-	return err
+	return nil, fmt.Errorf("workflow %q did not answer in time (its worker may have just stopped; another takes over within seconds): %w", id, errs.Unavailable)
 }
 
 // temporalErr maps a Temporal client error to the errs kinds.
