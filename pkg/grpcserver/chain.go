@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/pkg/middleware/auth"
-	"github.com/secbear/neuron/pkg/middleware/calllog"
-	"github.com/secbear/neuron/pkg/middleware/errmap"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
+	"github.com/secbear/neuron/pkg/interceptor/calllog"
+	"github.com/secbear/neuron/pkg/interceptor/errmap"
 )
 
 type chain struct {
@@ -22,10 +22,14 @@ type chain struct {
 	stream []grpc.StreamServerInterceptor
 }
 
-// newChain builds the standard interceptor chain, outermost first. The
-// order matters: logging sees the final code; errmap maps what recovery,
+// newChain builds the standard interceptor chain, outermost first, from
+// the general server interceptors of pkg/interceptor (calllog, errmap,
+// auth) and go-grpc-middleware's recovery and protovalidate. The order
+// matters: the call log sees the final code; errmap maps what recovery,
 // auth and validation return; auth runs before validation so an
-// unauthenticated caller learns nothing about the request's shape.
+// unauthenticated caller learns nothing about the request's shape. The
+// service's own interceptors (the Middleware protocol's boundaries,
+// pkg/middleware) come last: they see authenticated, validated calls.
 func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) (chain, error) {
 	validator, err := protovalidate.New()
 	if err != nil {
@@ -49,7 +53,7 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	// 0. a slot the call logger reads the principal from, once auth sets it.
 	c.unary = append(c.unary, auth.UnarySlotInterceptor())
 	c.stream = append(c.stream, auth.StreamSlotInterceptor())
-	// 1. logging: one line per finished call, through the redacting logger.
+	// 1. calllog: one line per finished call, through the redacting logger.
 	c.unary = append(c.unary, calllog.UnaryServerInterceptor(log, principal))
 	c.stream = append(c.stream, calllog.StreamServerInterceptor(log, principal))
 	// 2. errmap: the single place errors become statuses.
@@ -66,7 +70,8 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	// 5. validation: the protovalidate rules written in the contracts.
 	c.unary = append(c.unary, pvmw.UnaryServerInterceptor(validator))
 	c.stream = append(c.stream, pvmw.StreamServerInterceptor(validator))
-	// 6. the service's own interceptors.
+	// 6. the service's own interceptors (e.g. the store boundary of
+	//    pkg/middleware on the state service).
 	c.unary = append(c.unary, unary...)
 	c.stream = append(c.stream, stream...)
 	return c, nil

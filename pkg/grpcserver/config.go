@@ -23,7 +23,7 @@ type Config struct {
 	// ClientCA, when set, turns on mTLS: client certificates are required
 	// and verified against this PEM bundle.
 	ClientCA string
-	// AuthPolicy is the JSON policy file of principals (pkg/middleware/auth).
+	// AuthPolicy is the JSON policy file of principals (pkg/interceptor/auth).
 	AuthPolicy string
 	// Plaintext allows serving without TLS outside dev mode, for a service
 	// mesh that provides transport security. Tokens still apply.

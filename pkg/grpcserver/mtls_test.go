@@ -22,7 +22,7 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/grpcclient"
-	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 )
 
 // pki writes a CA, a server certificate for "bufnet", and client

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 )
 
 // Server is a gRPC server with the standard chain. Register services on it

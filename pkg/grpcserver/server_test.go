@@ -25,8 +25,8 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 	"github.com/secbear/neuron/pkg/logging"
-	"github.com/secbear/neuron/pkg/middleware/auth"
 )
 
 // fakeState behaves according to the key it is given, so one service can

@@ -1,10 +1,6 @@
-// Package middleware is the home of neuron's gRPC interceptors, one
-// subpackage each, in the shape of go-grpc-middleware v2: doc.go,
-// options.go, interceptors.go and a test with a fake handler.
+// Package middleware is the home of the Middleware protocol's
+// interceptors (layer0.middleware.v1), one subpackage each:
 //
-//   - calllog: one structured line per finished call
-//   - errmap: errors to statuses, once
-//   - auth: bearer tokens and mTLS, per-method allow lists
 //   - audit: the store boundary's audit log of writes and deletes
 //   - remote: a remote MiddlewareService (a policy engine in any language)
 //     consulted before and after calls at the dispatch, store and exec
@@ -13,5 +9,7 @@
 //     add it by configuration (--middleware-addr), not in the standard
 //     chain.
 //
-// pkg/grpcserver assembles the standard chain from them.
+// The general server interceptors every service runs (calllog, errmap,
+// auth) are in pkg/interceptor; pkg/grpcserver assembles the standard
+// chain from them.
 package middleware

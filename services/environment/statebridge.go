@@ -19,7 +19,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/pkg/middleware/errmap"
+	"github.com/secbear/neuron/pkg/interceptor/errmap"
 	"github.com/secbear/neuron/pkg/scope"
 )
 

@@ -6,7 +6,7 @@ import (
 )
 
 // callLogError is the attribute of a call-log line that holds the
-// status message (pkg/middleware/calllog).
+// status message (pkg/interceptor/calllog).
 const callLogError = "grpc.error"
 
 // CallLogHandler wraps h, the handler of the logger a state server's

@@ -15,7 +15,7 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/pkg/middleware/audit"
+	"github.com/secbear/neuron/pkg/middleware/store"
 )
 
 // Defaults of Config (and of the binary's flags).
@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Middleware != nil {
 		unary = append(unary, cfg.Middleware.StoreServerInterceptor())
 	}
-	unary = append(unary, audit.UnaryServerInterceptor(audit.WithLogger(log)))
+	unary = append(unary, store.AuditInterceptor(log))
 	// The server before any file is made: a bad security config fails first.
 	// Its call log never quotes the caller's keys (CallLogHandler).
 	srvLog := slog.New(CallLogHandler(log.Handler()))
@@ -165,16 +165,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	store := cfg.Store
-	if store == nil {
-		store, err = cfg.open(ctx, log)
+	backend := cfg.Store
+	if backend == nil {
+		backend, err = cfg.open(ctx, log)
 		if err != nil {
 			return err
 		}
-		defer store.Close()
+		defer backend.Close()
 	}
 
-	statev1.RegisterStateServiceServer(srv, NewServer(store))
+	statev1.RegisterStateServiceServer(srv, NewServer(backend))
 	lis := cfg.Listener
 	if lis == nil {
 		if lis, err = srv.Listen(); err != nil {

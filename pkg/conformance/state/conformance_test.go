@@ -16,8 +16,8 @@ import (
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
-	"github.com/secbear/neuron/pkg/middleware/audit"
-	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
+	"github.com/secbear/neuron/pkg/middleware/store"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -120,14 +120,14 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 
 // serve runs the state service on a loopback port like cmd/state does
 // (standard chain plus the audit interceptor) until the test ends.
-func serve(t *testing.T, cfg grpcserver.Config, store state.Backend, opts ...grpcserver.Option) string {
+func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend, opts ...grpcserver.Option) string {
 	t.Helper()
-	opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{audit.UnaryServerInterceptor()}, nil))
+	opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{store.AuditInterceptor(nil)}, nil))
 	srv, err := grpcserver.New(cfg, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(store))
+	statev1.RegisterStateServiceServer(srv, state.NewServer(backend))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

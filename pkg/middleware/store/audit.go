@@ -1,4 +1,4 @@
-package audit
+package store
 
 import (
 	"context"
@@ -9,38 +9,41 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/pkg/middleware/auth"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 	"github.com/secbear/neuron/pkg/scope"
 )
 
-// UnaryServerInterceptor audits StateService Write and Delete calls,
-// successful or not. Other calls pass through untouched.
-func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
-	o := evaluate(opts)
+// AuditInterceptor writes the audit log to log (nil discards it): one
+// record per StateService Write or Delete, successful or not. Other calls
+// pass through untouched.
+func AuditInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		switch r := req.(type) {
 		case *statev1.WriteRequest:
-			attrs := o.common(ctx, "write", r.GetScope(), r.GetKey(), err)
+			attrs := auditAttrs(ctx, "write", r.GetScope(), r.GetKey(), err)
 			if w, ok := resp.(*statev1.WriteResponse); ok && err == nil {
 				attrs = append(attrs, slog.Uint64("revision", w.GetRevision()), slog.Bool("replayed", w.GetReplayed()))
 			}
 			if r.ExpectedRevision != nil {
 				attrs = append(attrs, slog.Uint64("expected_revision", r.GetExpectedRevision()))
 			}
-			o.logger.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+			log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
 		case *statev1.DeleteRequest:
-			attrs := o.common(ctx, "delete", r.GetScope(), r.GetKey(), err)
+			attrs := auditAttrs(ctx, "delete", r.GetScope(), r.GetKey(), err)
 			if d, ok := resp.(*statev1.DeleteResponse); ok && err == nil {
 				attrs = append(attrs, slog.Bool("existed", d.GetExisted()), slog.Bool("replayed", d.GetReplayed()))
 			}
-			o.logger.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+			log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
 		}
 		return resp, err
 	}
 }
 
-func (o *options) common(ctx context.Context, op string, sc *typesv1.Scope, key string, err error) []slog.Attr {
+func auditAttrs(ctx context.Context, op string, sc *typesv1.Scope, key string, err error) []slog.Attr {
 	who := "anonymous (dev mode)"
 	if p := auth.PrincipalFrom(ctx); p != nil {
 		who = p.Name

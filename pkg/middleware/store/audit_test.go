@@ -1,4 +1,4 @@
-package audit
+package store
 
 import (
 	"bytes"
@@ -13,15 +13,15 @@ import (
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 	"github.com/secbear/neuron/pkg/logging"
-	"github.com/secbear/neuron/pkg/middleware/auth"
 	"github.com/secbear/neuron/pkg/scope"
 )
 
 func TestAuditRecords(t *testing.T) {
 	var buf bytes.Buffer
 	log, _ := logging.New(&buf, logging.Options{Format: "json"})
-	ic := UnaryServerInterceptor(WithLogger(log))
+	ic := AuditInterceptor(log)
 	ctx := auth.WithPrincipal(context.Background(), &auth.Principal{Name: "orchestrator"})
 	secret := "the-value-must-never-be-logged"
 	rev := uint64(0)
