@@ -26,6 +26,9 @@ var (
 	// ReasonBudgetExhausted: a workflow's budget is spent; more money, not
 	// a retry, is the fix.
 	ReasonBudgetExhausted = ReasonName(typesv1.ErrorReason_ERROR_REASON_BUDGET_EXHAUSTED)
+	// ReasonStorageFull: the service's disk is full; the same request
+	// succeeds once space is freed.
+	ReasonStorageFull = ReasonName(typesv1.ErrorReason_ERROR_REASON_STORAGE_FULL)
 )
 
 // reasonPrefix is what an ErrorReason's name has that the wire reason
@@ -74,6 +77,7 @@ var (
 	ResourceExhausted  = &Kind{"resource exhausted", codes.ResourceExhausted, ""}
 	LimitExceeded      = &Kind{"limit exceeded", codes.ResourceExhausted, ReasonLimitExceeded}
 	BudgetExhausted    = &Kind{"budget exhausted", codes.ResourceExhausted, ReasonBudgetExhausted}
+	StorageFull        = &Kind{"storage full", codes.ResourceExhausted, ReasonStorageFull}
 	OutOfRange         = &Kind{"out of range", codes.OutOfRange, ""}
 	Unauthenticated    = &Kind{"unauthenticated", codes.Unauthenticated, ""}
 	PermissionDenied   = &Kind{"permission denied", codes.PermissionDenied, ""}
@@ -89,7 +93,7 @@ var (
 // kinds lists every kind, for mapping a code back to a kind.
 var kinds = []*Kind{
 	InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, StaleRevision,
-	ResourceExhausted, LimitExceeded, BudgetExhausted, OutOfRange, Unauthenticated, PermissionDenied,
+	ResourceExhausted, LimitExceeded, BudgetExhausted, StorageFull, OutOfRange, Unauthenticated, PermissionDenied,
 	Unavailable, Retryable, NonRetryable, Canceled, DeadlineExceeded,
 	Unimplemented, Internal,
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -15,7 +17,7 @@ func TestEveryKindHasOneCode(t *testing.T) {
 		InvalidArgument: codes.InvalidArgument, NotFound: codes.NotFound,
 		AlreadyExists: codes.AlreadyExists, FailedPrecondition: codes.FailedPrecondition,
 		StaleRevision: codes.FailedPrecondition, ResourceExhausted: codes.ResourceExhausted,
-		LimitExceeded: codes.ResourceExhausted, BudgetExhausted: codes.ResourceExhausted,
+		LimitExceeded: codes.ResourceExhausted, BudgetExhausted: codes.ResourceExhausted, StorageFull: codes.ResourceExhausted,
 		OutOfRange:      codes.OutOfRange,
 		Unauthenticated: codes.Unauthenticated, PermissionDenied: codes.PermissionDenied,
 		Unavailable: codes.Unavailable,
@@ -83,5 +85,31 @@ func TestFromGRPCKeepsReason(t *testing.T) {
 	plain := errors.New("x")
 	if FromGRPC(plain) != plain {
 		t.Error("non-status error changed")
+	}
+}
+
+// A full disk is RESOURCE_EXHAUSTED with reason STORAGE_FULL and the
+// cause in the message; other storage errors stay what they were.
+func TestFromStorage(t *testing.T) {
+	full := FromStorage(fmt.Errorf("commit: write /data/state.db: %w", syscall.ENOSPC))
+	st := ToStatus(full)
+	if st.Code() != codes.ResourceExhausted || Reason(full) != ReasonStorageFull ||
+		!strings.Contains(st.Message(), "no space left on device") || !strings.Contains(st.Message(), "retry once space is freed") {
+		t.Fatalf("ENOSPC: %v %q reason %q", st.Code(), st.Message(), Reason(full))
+	}
+	if quota := FromStorage(syscall.EDQUOT); !errors.Is(quota, StorageFull) {
+		t.Fatalf("EDQUOT: %v", quota)
+	}
+	io := errors.New("input/output error")
+	if FromStorage(io) != io || FromStorage(nil) != nil {
+		t.Fatal("an unclassified error or nil must pass through unchanged")
+	}
+	limit := fmt.Errorf("value too large: %w", LimitExceeded)
+	if FromStorage(limit) != limit {
+		t.Fatal("an error with a kind must keep it")
+	}
+	// What a client receives classifies back to the kind.
+	if back := FromGRPC(st.Err()); !errors.Is(back, StorageFull) {
+		t.Fatalf("FromGRPC: %v", back)
 	}
 }

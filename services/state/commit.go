@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/secbear/neuron/pkg/errs"
 )
 
 // groupCommit runs write functions in shared bbolt transactions, so that
@@ -81,10 +83,11 @@ func (g *groupCommit) commit(batch []*commitOp) {
 		// back: run each alone so one failure cannot fail the others.
 		for _, op := range batch {
 			g.transactions.Add(1)
-			op.err, op.done = g.db.Update(op.fn), true
+			op.err, op.done = errs.FromStorage(g.db.Update(op.fn)), true
 		}
 		return
 	}
+	err = errs.FromStorage(err) // a full disk is StorageFull, not INTERNAL
 	for _, op := range batch {
 		op.err, op.done = err, true
 	}

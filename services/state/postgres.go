@@ -377,6 +377,8 @@ func (p *Postgres) dbError(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("postgres %s: %v: %w", op, err, errs.Unavailable)
 	}
 	switch {
+	case pgErr.Code == "53100": // disk_full
+		return fmt.Errorf("postgres %s: the database server's disk is full, nothing was written (%s); retry once space is freed: %w", op, pgErr.Message, errs.StorageFull)
 	case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 		strings.HasPrefix(pgErr.Code, "53"),                                 // insufficient resources
 		pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutdown, cannot connect now

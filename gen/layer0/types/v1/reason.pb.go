@@ -48,6 +48,11 @@ const (
 	// RESOURCE_EXHAUSTED: a workflow's budget is spent. More budget, not a
 	// retry, is the fix.
 	ErrorReason_ERROR_REASON_BUDGET_EXHAUSTED ErrorReason = 5
+	// RESOURCE_EXHAUSTED: the service's disk (or quota) is full, so nothing
+	// was written. Not a limit of the request: retry the same request with
+	// backoff; the service recovers by itself once space is freed, with no
+	// restart. Reads keep working meanwhile.
+	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 6
 )
 
 // Enum value maps for ErrorReason.
@@ -59,6 +64,7 @@ var (
 		3: "ERROR_REASON_STALE_REVISION",
 		4: "ERROR_REASON_LIMIT_EXCEEDED",
 		5: "ERROR_REASON_BUDGET_EXHAUSTED",
+		6: "ERROR_REASON_STORAGE_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":            0,
@@ -67,6 +73,7 @@ var (
 		"ERROR_REASON_STALE_REVISION":         3,
 		"ERROR_REASON_LIMIT_EXCEEDED":         4,
 		"ERROR_REASON_BUDGET_EXHAUSTED":       5,
+		"ERROR_REASON_STORAGE_FULL":           6,
 	}
 )
 
@@ -101,14 +108,15 @@ var File_layer0_types_v1_reason_proto protoreflect.FileDescriptor
 
 const file_layer0_types_v1_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1clayer0/types/v1/reason.proto\x12\x0flayer0.types.v1*\xde\x01\n" +
+	"\x1clayer0/types/v1/reason.proto\x12\x0flayer0.types.v1*\xfd\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fERROR_REASON_OPERATOR_RETRYABLE\x10\x01\x12'\n" +
 	"#ERROR_REASON_OPERATOR_NON_RETRYABLE\x10\x02\x12\x1f\n" +
 	"\x1bERROR_REASON_STALE_REVISION\x10\x03\x12\x1f\n" +
 	"\x1bERROR_REASON_LIMIT_EXCEEDED\x10\x04\x12!\n" +
-	"\x1dERROR_REASON_BUDGET_EXHAUSTED\x10\x05B\xb7\x01\n" +
+	"\x1dERROR_REASON_BUDGET_EXHAUSTED\x10\x05\x12\x1d\n" +
+	"\x19ERROR_REASON_STORAGE_FULL\x10\x06B\xb7\x01\n" +
 	"\x13com.layer0.types.v1B\vReasonProtoP\x01Z5github.com/secbear/neuron/gen/layer0/types/v1;typesv1\xa2\x02\x03LTX\xaa\x02\x0fLayer0.Types.V1\xca\x02\x0fLayer0\\Types\\V1\xe2\x02\x1bLayer0\\Types\\V1\\GPBMetadata\xea\x02\x11Layer0::Types::V1b\x06proto3"
 
 var (
