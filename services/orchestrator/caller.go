@@ -3,30 +3,25 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
-	"github.com/secbear/neuron/pkg/money"
 )
 
-// The dispatch boundary is the orchestrator's gRPC client to agents: every
-// operator call (Execute, or an environment's Run) goes through a chain of
-// client interceptors. The orchestrator installs BudgetInterceptor and
-// AuditInterceptor there, and a remote MiddlewareService when configured.
-
-const (
-	methodExecute = "/layer0.operator.v1.OperatorService/Execute"
-	methodRun     = "/layer0.environment.v1.EnvironmentService/Run"
-)
+// The dispatch boundary of the Middleware protocol is the orchestrator's
+// gRPC client to agents: every operator call (Execute, or an environment's
+// Run) goes through the chain of client interceptors GRPCCaller is given.
+// serve.Run installs there the boundary's interceptors of
+// pkg/middleware/dispatch (AuditInterceptor, BudgetInterceptor, which
+// reads the budget the engines put in the call's context with
+// dispatch.WithBudget), the embedder's, and a remote MiddlewareService
+// when configured (pkg/middleware/remote).
 
 // GRPCCaller calls agents over gRPC: an operator service's Execute, or an
 // environment service's Run with the agent's EnvironmentSpec. It keeps one
@@ -104,95 +99,5 @@ func (c *GRPCCaller) Close() {
 	for k, cc := range c.conns {
 		_ = cc.Close()
 		delete(c.conns, k)
-	}
-}
-
-// dispatchInput returns the OperatorInput of an agent call, or nil for
-// any other method.
-func dispatchInput(method string, req any) *operatorv1.OperatorInput {
-	switch method {
-	case methodExecute:
-		if r, ok := req.(*operatorv1.ExecuteRequest); ok {
-			return r.GetInput()
-		}
-	case methodRun:
-		if r, ok := req.(*environmentv1.RunRequest); ok {
-			return r.GetInput()
-		}
-	}
-	return nil
-}
-
-func dispatchOutput(reply any) *operatorv1.OperatorOutput {
-	switch r := reply.(type) {
-	case *operatorv1.ExecuteResponse:
-		return r.GetOutput()
-	case *environmentv1.RunResponse:
-		return r.GetOutput()
-	}
-	return nil
-}
-
-type budgetKey struct{}
-
-// WithBudget tells BudgetInterceptor what is left of the workflow budget.
-func WithBudget(ctx context.Context, remaining decimal.NullDecimal) context.Context {
-	if !remaining.Valid {
-		return ctx
-	}
-	return context.WithValue(ctx, budgetKey{}, remaining.Decimal)
-}
-
-// BudgetInterceptor enforces the workflow budget at the dispatch boundary:
-// a call with nothing left is refused with RESOURCE_EXHAUSTED
-// (BUDGET_EXHAUSTED), and the invocation's max_cost is lowered to what is
-// left so that one operator call cannot overspend the workflow.
-func BudgetInterceptor() grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		in := dispatchInput(method, req)
-		left, ok := ctx.Value(budgetKey{}).(decimal.Decimal)
-		if in == nil || !ok {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
-		if !left.IsPositive() {
-			return errs.ToStatus(fmt.Errorf("the workflow budget is spent; agent %q was not dispatched: %w",
-				in.GetDispatch().GetAgentId(), errs.BudgetExhausted)).Err()
-		}
-		cur, err := money.Parse(in.GetConfig().GetMaxCost())
-		if in.GetConfig().GetMaxCost() == nil || err != nil || cur.GreaterThan(left) {
-			req = proto.Clone(req.(proto.Message))
-			in = dispatchInput(method, req)
-			if in.Config == nil {
-				in.Config = &operatorv1.OperatorConfig{}
-			}
-			in.Config.MaxCost = money.FromDecimal(left)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-}
-
-// AuditInterceptor writes one audit record per agent dispatch: workflow,
-// dispatch, agent, depth, outcome, exit, cost and duration. Message
-// content is never logged.
-func AuditInterceptor(log *slog.Logger) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		in := dispatchInput(method, req)
-		if in == nil {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
-		start := time.Now()
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		d := in.GetDispatch()
-		attrs := []any{
-			"audit", "dispatch", "workflow_id", d.GetWorkflowId(), "dispatch_id", d.GetDispatchId(),
-			"agent", d.GetAgentId(), "depth", d.GetDepth(), "parent", d.GetParentDispatchId(),
-			"target", cc.Target(), "code", errs.Code(err).String(), "duration_ms", time.Since(start).Milliseconds(),
-		}
-		if out := dispatchOutput(reply); err == nil && out != nil {
-			attrs = append(attrs, "exit", out.GetExitReason().GetKind().String(),
-				"cost", out.GetMetadata().GetCost().GetAmount(), "effects", len(out.GetEffects()))
-		}
-		log.InfoContext(ctx, "dispatch", attrs...)
-		return err
 	}
 }

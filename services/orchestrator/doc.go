@@ -62,10 +62,11 @@
 // pending makes another call for them; an operator exiting SUSPENDED
 // suspends the workflow until a signal arrives, which resumes it (with
 // the suspension's resume token and the signal's data as the decision).
-// A workflow budget is enforced at the dispatch boundary by
-// BudgetInterceptor (max_cost lowered to what is left; nothing left:
-// RESOURCE_EXHAUSTED) and by a BudgetPolicy after each call (continue,
-// downgrade the agent's model, halt). Cost, warnings and decisions are
+// A workflow budget is enforced at the dispatch boundary by the
+// BudgetInterceptor of pkg/middleware/dispatch, told what is left through
+// the call's context (dispatch.WithBudget; max_cost lowered to what is
+// left; nothing left: RESOURCE_EXHAUSTED), and by a BudgetPolicy after
+// each call (continue, downgrade the agent's model, halt). Cost, warnings and decisions are
 // published as BudgetEvents on the lifecycle bus (pkg/lifecycle), which
 // the binary also serves as LifecycleService. Retryable operator failures
 // are retried per the agent's policy; only operator failures count as

@@ -7,15 +7,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	middlewarev1 "github.com/secbear/neuron/gen/layer0/middleware/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 )
 
 const dispatchBoundary = middlewarev1.Boundary_BOUNDARY_DISPATCH
 
-// DispatchClientInterceptor intercepts the orchestrator's calls to agents:
+// DispatchClientInterceptor intercepts the orchestrator's calls to agents
+// (the dispatch boundary, pkg/middleware/dispatch):
 // OperatorService.Execute and EnvironmentService.Run (the input is the
 // request's input, the output the reply's output). Other methods,
 // ExecuteStream included, pass through.
@@ -28,7 +29,7 @@ const dispatchBoundary = middlewarev1.Boundary_BOUNDARY_DISPATCH
 // errors (errs.ToStatus); the agent's errors pass through unchanged.
 func (m *Middleware) DispatchClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		in, ok := dispatchInput(method, req)
+		in, ok := dispatch.Input(method, req)
 		if !ok || !m.wantsAny(dispatchBoundary) {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
@@ -54,18 +55,6 @@ func (m *Middleware) DispatchClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		return nil
 	}
-}
-
-// dispatchInput is the input of a dispatch call, or false for a method
-// that is not one.
-func dispatchInput(method string, req any) (*operatorv1.OperatorInput, bool) {
-	switch r := req.(type) {
-	case *operatorv1.ExecuteRequest:
-		return r.GetInput(), method == operatorv1.OperatorService_Execute_FullMethodName
-	case *environmentv1.RunRequest:
-		return r.GetInput(), method == environmentv1.EnvironmentService_Run_FullMethodName
-	}
-	return nil, false
 }
 
 // dispatchBefore returns the input to send: in, or the middleware's
@@ -94,13 +83,7 @@ func (m *Middleware) dispatchBefore(ctx context.Context, agent string, in *opera
 // verdict to it.
 func (m *Middleware) dispatchAfter(ctx context.Context, agent string, in *operatorv1.OperatorInput, reply any) error {
 	at := point{dispatchBoundary, after}
-	var output *operatorv1.OperatorOutput
-	switch r := reply.(type) {
-	case *operatorv1.ExecuteResponse:
-		output = r.GetOutput()
-	case *environmentv1.RunResponse:
-		output = r.GetOutput()
-	}
+	output, _ := dispatch.Output(reply)
 	resp, out, err := consult(ctx, m, at, func(ctx context.Context) (*middlewarev1.InterceptDispatchResponse, error) {
 		return m.client.InterceptDispatch(ctx, &middlewarev1.InterceptDispatchRequest{Phase: after, AgentId: agent, Input: in, Output: output})
 	})
@@ -114,12 +97,7 @@ func (m *Middleware) dispatchAfter(ctx context.Context, agent string, in *operat
 		return m.failed(ctx, at, "MODIFY without a replacement output", nil)
 	case out == modify:
 		m.modified(ctx, at, resp)
-		switch r := reply.(type) {
-		case *operatorv1.ExecuteResponse:
-			r.Output = resp.GetOutput()
-		case *environmentv1.RunResponse:
-			r.Output = resp.GetOutput()
-		}
+		dispatch.SetOutput(reply, resp.GetOutput())
 	}
 	return nil
 }

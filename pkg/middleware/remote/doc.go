@@ -4,12 +4,18 @@
 //
 //   - dispatch: the orchestrator's calls to agents (OperatorService.Execute,
 //     EnvironmentService.Run), as a client interceptor
-//     (DispatchClientInterceptor);
+//     (DispatchClientInterceptor; pkg/middleware/dispatch);
 //   - store: every StateService call, as a server interceptor of the state
-//     service (StoreServerInterceptor);
+//     service (StoreServerInterceptor; pkg/middleware/store);
 //   - exec: an operator invocation (OperatorService.Execute and
 //     ExecuteStream, EnvironmentService.Run), as server interceptors of the
-//     operator or the environment service (ExecServerInterceptors).
+//     operator or the environment service (ExecServerInterceptors;
+//     pkg/middleware/exec).
+//
+// Which calls each boundary sees, and where their input, output or value
+// is, is the boundary package's (dispatch.Input, store.CallOf,
+// exec.Input, exec.HaltOutput, ...); this package adds the protocol's
+// calls and verdicts.
 //
 // New asks the middleware which boundaries and phases it wants (Describe);
 // only those are sent. Each call is consulted BEFORE it runs and, when it

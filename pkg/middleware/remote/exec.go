@@ -4,25 +4,22 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	middlewarev1 "github.com/secbear/neuron/gen/layer0/middleware/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
-	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/pkg/middleware/exec"
 )
 
 const execBoundary = middlewarev1.Boundary_BOUNDARY_EXEC
 
 // ExecServerInterceptors intercept invocations on the server that runs
-// them: OperatorService.Execute and EnvironmentService.Run (unary) and
-// OperatorService.ExecuteStream (stream: the request before the handler,
-// the final output message after). Other methods pass through.
+// them (the exec boundary, pkg/middleware/exec): OperatorService.Execute
+// and EnvironmentService.Run (unary) and OperatorService.ExecuteStream
+// (stream: the request before the handler, the final output message
+// after). Other methods pass through.
 //
 // A HALT before does not run the invocation: the call returns a normal
 // response whose output exits EXIT_KIND_MIDDLEWARE_HALT with the reason
@@ -35,22 +32,8 @@ func (m *Middleware) ExecServerInterceptors() (grpc.UnaryServerInterceptor, grpc
 }
 
 func (m *Middleware) execUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	var in *operatorv1.OperatorInput
-	switch r := req.(type) {
-	case *operatorv1.ExecuteRequest:
-		if info.FullMethod != operatorv1.OperatorService_Execute_FullMethodName {
-			return handler(ctx, req)
-		}
-		in = r.GetInput()
-	case *environmentv1.RunRequest:
-		if info.FullMethod != environmentv1.EnvironmentService_Run_FullMethodName {
-			return handler(ctx, req)
-		}
-		in = r.GetInput()
-	default:
-		return handler(ctx, req)
-	}
-	if !m.wantsAny(execBoundary) {
+	in, ok := exec.Input(info.FullMethod, req)
+	if !ok || !m.wantsAny(execBoundary) {
 		return handler(ctx, req)
 	}
 	if m.wants(execBoundary, before) {
@@ -59,10 +42,7 @@ func (m *Middleware) execUnary(ctx context.Context, req any, info *grpc.UnarySer
 			return nil, err
 		}
 		if halted != nil {
-			if _, ok := req.(*environmentv1.RunRequest); ok {
-				return &environmentv1.RunResponse{Output: halted, Duration: durationpb.New(0)}, nil
-			}
-			return &operatorv1.ExecuteResponse{Output: halted}, nil
+			return exec.HaltResponse(req, halted), nil
 		}
 		if newIn != in {
 			in = newIn
@@ -73,21 +53,17 @@ func (m *Middleware) execUnary(ctx context.Context, req any, info *grpc.UnarySer
 	if err != nil || !m.wants(execBoundary, after) {
 		return resp, err
 	}
-	switch r := resp.(type) {
-	case *operatorv1.ExecuteResponse:
-		if r.Output, err = m.execAfter(ctx, in, r.GetOutput()); err != nil {
+	if out, ok := exec.Output(resp); ok {
+		if out, err = m.execAfter(ctx, in, out); err != nil {
 			return nil, err
 		}
-	case *environmentv1.RunResponse:
-		if r.Output, err = m.execAfter(ctx, in, r.GetOutput()); err != nil {
-			return nil, err
-		}
+		exec.SetOutput(resp, out)
 	}
 	return resp, nil
 }
 
 func (m *Middleware) execStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != operatorv1.OperatorService_ExecuteStream_FullMethodName || !m.wantsAny(execBoundary) {
+	if info.FullMethod != exec.StreamMethod || !m.wantsAny(execBoundary) {
 		return handler(srv, ss)
 	}
 	req := &operatorv1.ExecuteStreamRequest{}
@@ -158,7 +134,7 @@ func (m *Middleware) execBefore(ctx context.Context, in *operatorv1.OperatorInpu
 	case err != nil:
 		return nil, nil, err
 	case out == halt:
-		return nil, m.haltOutput(resp.GetVerdict().GetReason(), nil), nil
+		return nil, exec.HaltOutput(m.name, resp.GetVerdict().GetReason(), nil), nil
 	case out == modify && resp.GetInput() == nil:
 		return in, nil, m.failed(ctx, at, "MODIFY without a replacement input", nil)
 	case out == modify:
@@ -179,7 +155,7 @@ func (m *Middleware) execAfter(ctx context.Context, in *operatorv1.OperatorInput
 	case err != nil:
 		return nil, err
 	case out == halt:
-		return m.haltOutput(resp.GetVerdict().GetReason(), output.GetMetadata()), nil
+		return exec.HaltOutput(m.name, resp.GetVerdict().GetReason(), output.GetMetadata()), nil
 	case out == modify && resp.GetOutput() == nil:
 		return output, m.failed(ctx, at, "MODIFY without a replacement output", nil)
 	case out == modify:
@@ -187,22 +163,4 @@ func (m *Middleware) execAfter(ctx context.Context, in *operatorv1.OperatorInput
 		return resp.GetOutput(), nil
 	}
 	return output, nil
-}
-
-// haltOutput is the output of an invocation the middleware halted: no
-// message, no effects, exit MIDDLEWARE_HALT with the reason. spent is the
-// metadata of the invocation when it ran (after), so that what it cost is
-// still accounted; nil means it never ran.
-func (m *Middleware) haltOutput(reason string, spent *operatorv1.OperatorMetadata) *operatorv1.OperatorOutput {
-	if spent == nil {
-		spent = &operatorv1.OperatorMetadata{Cost: money.FromDecimal(decimal.Zero), Duration: durationpb.New(0)}
-	}
-	return &operatorv1.OperatorOutput{
-		Message: &typesv1.Content{},
-		ExitReason: &operatorv1.ExitReason{
-			Kind:    operatorv1.ExitKind_EXIT_KIND_MIDDLEWARE_HALT,
-			Message: fmt.Sprintf("halted by middleware %s: %s", m.name, orNone(reason)),
-		},
-		Metadata: spent,
-	}
 }

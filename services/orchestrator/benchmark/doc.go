@@ -7,10 +7,11 @@
 // empty) on the orchestrator wired as cmd/orchestrator wires it:
 // grpcserver in dev mode (the standard chain) serving
 // orchestrator.NewServer over an Engine with a bbolt journal in a temp
-// directory, a lifecycle bus, the AuditInterceptor and BudgetInterceptor
-// on its gRPC client to agents, and a state client to an in-process
-// StateService (state.NewMemory; the trivial operator declares no
-// effects, so it is never called). The registry has one agent, on a
+// directory, a lifecycle bus, the dispatch boundary's AuditInterceptor
+// and BudgetInterceptor (pkg/middleware/dispatch) on its gRPC client to
+// agents, and a state client to an in-process StateService
+// (state.NewMemory; the trivial operator declares no effects, so it is
+// never called). The registry has one agent, on a
 // trivial operator: layer0.operator.v1.OperatorService on a bare
 // grpc.NewServer whose Execute returns at once with EXIT_KIND_COMPLETE and
 // the request's message, no model and no effects. Every log line is

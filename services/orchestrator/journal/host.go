@@ -15,6 +15,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
@@ -272,7 +273,7 @@ func decodeOutput(st *stepRecord, n uint64) (*operatorv1.OperatorOutput, error) 
 func (h *host) call(c *orchestrator.StepCall, agent *orchestrator.Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 	policy := c.Info.Retry.WithDefaults()
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(orchestrator.WithBudget(h.callCtx, c.Remaining), h.e.opts.CallTimeout)
+		actx, cancel := context.WithTimeout(dispatch.WithBudget(h.callCtx, c.Remaining), h.e.opts.CallTimeout)
 		out, err := h.e.deps.Caller.Call(actx, agent, in)
 		cancel()
 		if err == nil {

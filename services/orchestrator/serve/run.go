@@ -37,6 +37,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/orchestrator/journal"
@@ -98,8 +99,9 @@ type Config struct {
 	Middleware remote.Flags
 	// DispatchInterceptors are added to the dispatch-boundary chain of
 	// every operator and environment call, after the audit and budget
-	// interceptors and before the remote Middleware: policies and
-	// observers of an embedding program (the binary has none).
+	// interceptors (pkg/middleware/dispatch) and before the remote
+	// Middleware: policies and observers of an embedding program (the
+	// binary has none).
 	DispatchInterceptors []grpc.UnaryClientInterceptor
 
 	// Engine is what every workflow runs with: MaxDepth
@@ -243,7 +245,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	chain := []grpc.UnaryClientInterceptor{orchestrator.AuditInterceptor(log), orchestrator.BudgetInterceptor()}
+	// The dispatch boundary (pkg/middleware/dispatch), outermost first:
+	// audit, budget, the embedder's, the remote middleware.
+	chain := []grpc.UnaryClientInterceptor{dispatch.AuditInterceptor(log), dispatch.BudgetInterceptor()}
 	chain = append(chain, cfg.DispatchInterceptors...)
 	m, closeMW, err := remote.Dial(ctx, cfg.Middleware, log)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
@@ -158,7 +159,7 @@ func (e *Engine) call(ctx context.Context, a callArgs) (*operatorv1.OperatorOutp
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(a.Trace))
 	stop := heartbeat(ctx, e.opts.HeartbeatTimeout)
 	defer stop()
-	cctx, cancel := context.WithTimeout(orchestrator.WithBudget(ctx, a.remaining()), e.opts.Engine.CallTimeout)
+	cctx, cancel := context.WithTimeout(dispatch.WithBudget(ctx, a.remaining()), e.opts.Engine.CallTimeout)
 	defer cancel()
 	started := time.Now()
 	out, err := e.deps.Caller.Call(cctx, agent, in)

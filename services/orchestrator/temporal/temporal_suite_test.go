@@ -38,6 +38,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/orchestrator"
@@ -75,13 +76,13 @@ func (c *tsCaller) Call(ctx context.Context, agent *orchestrator.Agent, in *oper
 }
 
 // remainingBudget is the workflow budget left that ctx carries to the
-// dispatch boundary ("" for none), as orchestrator.BudgetInterceptor
+// dispatch boundary ("" for none), as dispatch.BudgetInterceptor
 // reads it: it lowers an input's max_cost to what is left.
 func remainingBudget(ctx context.Context, in *operatorv1.OperatorInput) string {
 	req := &operatorv1.ExecuteRequest{Input: proto.Clone(in).(*operatorv1.OperatorInput)}
 	req.Input.Config = nil
 	var left string
-	_ = orchestrator.BudgetInterceptor()(ctx, "/layer0.operator.v1.OperatorService/Execute", req, nil, nil,
+	_ = dispatch.BudgetInterceptor()(ctx, "/layer0.operator.v1.OperatorService/Execute", req, nil, nil,
 		func(_ context.Context, _ string, req, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 			if m := req.(*operatorv1.ExecuteRequest).GetInput().GetConfig().GetMaxCost(); m != nil {
 				d, _ := money.Parse(m)
