@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/secbear/neuron/pkg/grpcserver"
 )
 
 // ReadyTimeout bounds how long Serve waits for a service to answer its
@@ -166,4 +168,24 @@ func (h *testHandler) WithGroup(name string) slog.Handler {
 	}
 	c.group = name
 	return &c
+}
+
+// ServeFake serves a test double (a fake operator, hook, middleware or a
+// State server over an instrumented store) on loopback until the test
+// ends, behind the same standard chain every service has
+// (pkg/grpcserver, dev mode: error mapping, recovery, limits, health),
+// and returns its address once it is SERVING. register adds the fake's
+// services; opts add interceptors or server options as a service's Run
+// would. A real service is started with Serve and its own Run instead.
+func ServeFake(t testing.TB, name string, register func(*grpcserver.Server), opts ...grpcserver.Option) string {
+	t.Helper()
+	return Serve(t, func(ctx context.Context, lis net.Listener) error {
+		srv, err := grpcserver.New(grpcserver.Config{Name: name, Dev: true, ShutdownTimeout: 2 * time.Second}, Quiet(), opts...)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		register(srv)
+		return srv.Serve(ctx, lis)
+	})
 }

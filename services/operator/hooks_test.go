@@ -3,7 +3,6 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -147,14 +146,7 @@ func TestRemoteHook(t *testing.T) {
 	impl := &budgetHook{}
 	// The HookService is a test double served by the standard server; it
 	// has no Run of its own.
-	hookAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
-		hs, err := grpcserver.New(grpcserver.Config{Name: "hook", Dev: true, ShutdownTimeout: 2 * time.Second}, harness.Quiet())
-		if err != nil {
-			return err
-		}
-		operatorv1.RegisterHookServiceServer(hs, impl)
-		return hs.Serve(ctx, lis)
-	})
+	hookAddr := harness.ServeFake(t, "hook", func(s *grpcserver.Server) { operatorv1.RegisterHookServiceServer(s, impl) })
 	echo := newTool("echo", tool.ReadOnly, objectSchema, func(context.Context, json.RawMessage) (string, error) { return "x", nil })
 	m := &fakeModel{steps: []step{callTools("0", "echo", `{}`)}}
 	c := serve(t, operator.Config{ExtraTools: tools(echo), Hooks: grpcclient.Config{Target: hookAddr}, HookTimeout: 2 * time.Second}, m)

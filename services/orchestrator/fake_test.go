@@ -11,6 +11,7 @@ import (
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/money"
@@ -32,7 +33,7 @@ type fakeOperator struct {
 
 func startFake(t *testing.T, agents map[string]behaviour) (*fakeOperator, string) {
 	f := &fakeOperator{agents: agents}
-	addr := serve(t, func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, f) })
+	addr := harness.ServeFake(t, "test", func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, f) })
 	return f, addr
 }
 

@@ -32,26 +32,6 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// serve runs a dev-mode grpcserver with the standard chain on a free
-// port until the test ends and returns its address.
-func serve(t *testing.T, register func(s *grpcserver.Server), opts ...grpcserver.Option) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "test", Addr: "127.0.0.1:0", Dev: true, ShutdownTimeout: 2 * time.Second}, quiet(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(srv)
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String()
-}
-
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -17,6 +17,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -329,7 +330,7 @@ func testRemoteMiddlewareAtDispatchBoundary(t *testing.T, start starter) {
 		return done(in, "got: "+content.TextOf(in.GetMessage()), "0"), nil
 	}
 	fake, opAddr := startFake(t, map[string]behaviour{"forbidden": echo, "echo": echo})
-	mwAddr := serve(t, func(s *grpcserver.Server) { middlewarev1.RegisterMiddlewareServiceServer(s, haltingMiddleware{}) })
+	mwAddr := harness.ServeFake(t, "test", func(s *grpcserver.Server) { middlewarev1.RegisterMiddlewareServiceServer(s, haltingMiddleware{}) })
 	m, err := remote.New(ctx, middlewarev1.NewMiddlewareServiceClient(dial(t, mwAddr)), remote.Config{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/grpcserver"
 )
 
@@ -53,34 +54,11 @@ func (f *fakeHookService) received() []*operatorv1.HookContext {
 	return append([]*operatorv1.HookContext(nil), f.got...)
 }
 
-// serve runs svc on a real loopback gRPC server with the standard chain
-// (dev mode) and returns a client connection to it.
+// serve runs svc behind the standard chain (dev mode) and returns a
+// client connection to it.
 func serve(t *testing.T, svc operatorv1.HookServiceServer) *grpc.ClientConn {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "hooktest", Dev: true, ShutdownTimeout: 5 * time.Second}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	operatorv1.RegisterHookServiceServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return conn
+	return harness.Dial(t, harness.ServeFake(t, "hooktest", func(s *grpcserver.Server) { operatorv1.RegisterHookServiceServer(s, svc) }))
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -34,6 +34,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -230,29 +231,18 @@ func newTSEnv(t *testing.T, wfID string, agents []map[string]any, behaviours map
 	return &tsEnv{t: t, env: env, caller: caller, state: st, reg: reg, bus: bus, wfID: wfID}
 }
 
-// startTSState serves a real in-memory State service (with the standard
-// interceptor chain, which maps error kinds to codes) on loopback.
+// startTSState serves a real in-memory State service, started as its
+// binary starts it (state.Run), on loopback.
 func startTSState(t *testing.T) statev1.StateServiceClient {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "state", Addr: "127.0.0.1:0", Dev: true, ShutdownTimeout: time.Second},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(state.NewMemory()))
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(served) }()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close(); cancel(); <-served })
-	return statev1.NewStateServiceClient(cc)
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{
+			Server:   grpcserver.Config{Dev: true, ShutdownTimeout: time.Second},
+			Listener: lis,
+			Backend:  state.BackendMemory,
+		})
+	})
+	return statev1.NewStateServiceClient(harness.Dial(t, addr))
 }
 
 // tsInput is the workflow argument Engine.Start builds for a user

@@ -32,6 +32,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/internal/proc"
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
@@ -144,7 +145,7 @@ func TestSignalsAcrossCrash(t *testing.T) {
 // workflow before and after a SIGKILL of the orchestrator and checks
 // that each was delivered once, in order, and that the retries were
 // recognised across the crash.
-func testSignalsAcrossCrash(t *testing.T, h *harness, rng *rand.Rand) {
+func testSignalsAcrossCrash(t *testing.T, h *world, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), crashBudget)
 	defer cancel()
 	const (
@@ -384,7 +385,7 @@ func signalsByStep(last map[uint64]*opCall, steps []uint64) string {
 // GetWorkflow, Query("steps"), the State service and the operator's
 // calls (by workflow, from checkCalls). It returns the number of
 // operator calls the workflow made.
-func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map[string][]*opCall) int {
+func (h *world) checkPlannerWorkflow(ctx context.Context, id string, calls map[string][]*opCall) int {
 	t := h.t
 	t.Helper()
 	wf := h.getWorkflow(ctx, id)
@@ -493,7 +494,7 @@ func (h *harness) checkPlannerWorkflow(ctx context.Context, id string, calls map
 // previous kill): a run journals an effect's outcome before it applies
 // the next, and a replay does not apply an effect whose outcome is
 // journaled.
-func (h *harness) checkStateWrites(ids []string) {
+func (h *world) checkStateWrites(ids []string) {
 	h.t.Helper()
 	h.state.mu.Lock()
 	defer h.state.mu.Unlock()
@@ -536,7 +537,7 @@ func (h *harness) checkStateWrites(ids []string) {
 //     (in flight at the next kill) were called by another run: a run
 //     journals a step's result before it calls the next, and a replay
 //     does not call a step whose result is journaled.
-func (h *harness) checkCalls() map[string][]*opCall {
+func (h *world) checkCalls() map[string][]*opCall {
 	t := h.t
 	t.Helper()
 	h.op.mu.Lock()
@@ -594,11 +595,11 @@ func (h *harness) checkCalls() map[string][]*opCall {
 	return out
 }
 
-// harness is one crash test's world: the State service and the fake
+// world is one crash test's world: the State service and the fake
 // operator served by the test process, the orchestrator binary in a child
 // process restarted on one data directory (or, under Temporal, on one
 // task queue), and clients.
-type harness struct {
+type world struct {
 	t           *testing.T
 	bin         string
 	agents      string   // the registry file
@@ -621,15 +622,15 @@ type harness struct {
 	dialOpts []grpc.DialOption // for the orchestrator clients
 }
 
-func newHarness(t *testing.T, seed uint64) *harness {
+func newHarness(t *testing.T, seed uint64) *world {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{t: t, bin: testenv.BuildStatic(t, "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator"), backend: []string{"--data-dir", filepath.Join(dir, "data")}, logDir: dir}
+	h := &world{t: t, bin: testenv.BuildStatic(t, "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator"), backend: []string{"--data-dir", filepath.Join(dir, "data")}, logDir: dir}
 	h.state = &countingState{StateServiceServer: state.NewServer(state.NewMemory()), writes: map[memKey][]stateWrite{}}
-	h.stateAddr = serveInProcess(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) },
+	h.stateAddr = harness.ServeFake(t, "state", func(s *grpcserver.Server) { statev1.RegisterStateServiceServer(s, h.state) },
 		grpcserver.WithServerOptions(grpc.StatsHandler(&h.state.conns)))
 	h.op = &fakeOperator{rng: rand.New(rand.NewPCG(seed, 0x0be))}
-	opAddr := serveInProcess(t, "operator", func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, h.op) },
+	opAddr := harness.ServeFake(t, "operator", func(s *grpcserver.Server) { operatorv1.RegisterOperatorServiceServer(s, h.op) },
 		grpcserver.WithServerOptions(grpc.StatsHandler(&h.op.conns)))
 
 	h.agents = filepath.Join(dir, "agents.yaml")
@@ -653,7 +654,7 @@ agents:
 
 // connect points the orchestrator clients at addr, where the next run
 // will listen.
-func (h *harness) connect(addr string) {
+func (h *world) connect(addr string) {
 	conn := dial(h.t, addr, h.dialOpts...)
 	h.addr = addr
 	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)
@@ -676,35 +677,10 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	return conn
 }
 
-// serveInProcess serves one dev-mode gRPC server until the test ends and
-// returns its address.
-func serveInProcess(t *testing.T, name string, register func(*grpcserver.Server), opts ...grpcserver.Option) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: name, Addr: "127.0.0.1:0", Dev: true}, nil, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(srv)
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s server: %v", name, err)
-		}
-	})
-	return lis.Addr().String()
-}
-
 // start runs the binary (again) and waits until it is SERVING. The
 // process is not bound to ctx: a test that ran out of time still asks
 // it what is stuck.
-func (h *harness) start(ctx context.Context) *proc.Proc {
+func (h *world) start(ctx context.Context) *proc.Proc {
 	t := h.t
 	t.Helper()
 	if h.temporal && len(h.procs) > 0 {
@@ -719,7 +695,7 @@ func (h *harness) start(ctx context.Context) *proc.Proc {
 	return p
 }
 
-func (h *harness) kill(p *proc.Proc) {
+func (h *world) kill(p *proc.Proc) {
 	h.t.Helper()
 	p.Kill(h.t)
 	h.kills++
@@ -739,7 +715,7 @@ func retry(ctx context.Context, call func(ctx context.Context) error) error {
 	}
 }
 
-func (h *harness) startWorkflow(ctx context.Context, id, agent, text string) {
+func (h *world) startWorkflow(ctx context.Context, id, agent, text string) {
 	h.t.Helper()
 	var resp *orchestratorv1.StartWorkflowResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -757,7 +733,7 @@ func (h *harness) startWorkflow(ctx context.Context, id, agent, text string) {
 	}
 }
 
-func (h *harness) getWorkflow(ctx context.Context, id string) *orchestratorv1.Workflow {
+func (h *world) getWorkflow(ctx context.Context, id string) *orchestratorv1.Workflow {
 	h.t.Helper()
 	wf, err := h.tryGetWorkflow(ctx, id)
 	if err != nil {
@@ -766,7 +742,7 @@ func (h *harness) getWorkflow(ctx context.Context, id string) *orchestratorv1.Wo
 	return wf
 }
 
-func (h *harness) tryGetWorkflow(ctx context.Context, id string) (*orchestratorv1.Workflow, error) {
+func (h *world) tryGetWorkflow(ctx context.Context, id string) (*orchestratorv1.Workflow, error) {
 	var resp *orchestratorv1.GetWorkflowResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = h.client.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: id})
@@ -777,7 +753,7 @@ func (h *harness) tryGetWorkflow(ctx context.Context, id string) (*orchestratorv
 
 // waitStatus polls GetWorkflow until the workflow has status want. A
 // workflow that ends otherwise, or not before ctx, fails the test.
-func (h *harness) waitStatus(ctx context.Context, id string, want orchestratorv1.WorkflowStatus) *orchestratorv1.Workflow {
+func (h *world) waitStatus(ctx context.Context, id string, want orchestratorv1.WorkflowStatus) *orchestratorv1.Workflow {
 	t := h.t
 	t.Helper()
 	for {
@@ -805,7 +781,7 @@ func (h *harness) waitStatus(ctx context.Context, id string, want orchestratorv1
 	}
 }
 
-func (h *harness) query(ctx context.Context, id, typ string) *structpb.Value {
+func (h *world) query(ctx context.Context, id, typ string) *structpb.Value {
 	h.t.Helper()
 	var resp *orchestratorv1.QueryResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -818,7 +794,7 @@ func (h *harness) query(ctx context.Context, id, typ string) *structpb.Value {
 	return resp.GetResult()
 }
 
-func (h *harness) queryStatus(ctx context.Context, id string) string {
+func (h *world) queryStatus(ctx context.Context, id string) string {
 	return h.query(ctx, id, "status").GetStructValue().GetFields()["status"].GetStringValue()
 }
 

@@ -82,7 +82,7 @@ func TestTemporalWorkerKilledTwice(t *testing.T) { testTemporalKills(t, 2) }
 func TestTemporalSignalsAcrossWorkers(t *testing.T) {
 	seed := testenv.Seed(t)
 	h := newTemporalHarness(t, seed)
-	testSignalsAcrossCrash(t, h.harness, rand.New(rand.NewPCG(seed, 0x5eed)))
+	testSignalsAcrossCrash(t, h.world, rand.New(rand.NewPCG(seed, 0x5eed)))
 	h.failOnBugs(t)
 }
 
@@ -153,7 +153,7 @@ func stallBug(stalled []heldActivity) string {
 
 // temporalHarness is the harness of a Temporal crash test.
 type temporalHarness struct {
-	*harness
+	*world
 	dev      *testenv.TemporalDev
 	timeouts *timeoutAnswers
 }
@@ -164,7 +164,7 @@ type temporalHarness struct {
 func newTemporalHarness(t *testing.T, seed uint64) *temporalHarness {
 	t.Helper()
 	dev := testenv.Temporal(t)
-	h := &temporalHarness{harness: newHarness(t, seed), dev: dev, timeouts: &timeoutAnswers{by: map[string]int{}}}
+	h := &temporalHarness{world: newHarness(t, seed), dev: dev, timeouts: &timeoutAnswers{by: map[string]int{}}}
 	queue := fmt.Sprintf("crash-%s-%d", t.Name(), seed)
 	h.temporal = true
 	h.backend = []string{"--backend", "temporal", "--temporal-address", dev.Address, "--temporal-namespace", dev.Namespace,
@@ -399,7 +399,7 @@ func testTemporalKills(t *testing.T, kills int) {
 
 // waitInFlight waits until the fake operator has a call in flight (10s
 // at most) and returns its stats.
-func (h *harness) waitInFlight(ctx context.Context) (inFlight, calls int) {
+func (h *world) waitInFlight(ctx context.Context) (inFlight, calls int) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -417,7 +417,7 @@ func (h *harness) waitInFlight(ctx context.Context) (inFlight, calls int) {
 // checkOutputs checks that the Temporal backend kept each of the
 // workflow's steps outputs in State exactly once, under one idempotency
 // key, and that the value there is that one write's.
-func (h *harness) checkOutputs(ctx context.Context, id string, steps int) {
+func (h *world) checkOutputs(ctx context.Context, id string, steps int) {
 	t := h.t
 	t.Helper()
 	sc := scope.Workflow(id)
