@@ -80,14 +80,24 @@ type EffectEnv struct {
 	Publish func(*lifecyclev1.LifecycleEvent)
 }
 
-// Transient says whether a State failure may pass if the effect is
-// tried again.
+// Transient says whether a State (or signal) failure may pass if the
+// effect is tried again. Only a refusal of the effect itself is
+// permanent: a bad scope, key or value, a limit of the request
+// (LIMIT_EXCEEDED), a stale revision, an unknown workflow. Everything
+// else, a State service that is down, slow, out of disk (STORAGE_FULL),
+// misconfigured (a credential refused) or failing internally, is retried:
+// an effect is never recorded as not applied because of the service's
+// condition rather than its content.
 func Transient(err error) bool {
-	switch errs.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+	if errs.Reason(err) == errs.ReasonStorageFull {
 		return true
 	}
-	return false
+	switch errs.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.NotFound,
+		codes.AlreadyExists, codes.Unimplemented, codes.ResourceExhausted:
+		return false
+	}
+	return true
 }
 
 // ApplyEffect executes a non-dispatching effect of workflow wfID once.

@@ -70,9 +70,19 @@ type Workflow struct {
 	Created      time.Time
 	Updated      time.Time
 	Pending      uint32
+	// Waiting is why a RUNNING workflow is not making progress; nil while
+	// it is.
+	Waiting *Wait
 	// Effects are the outcomes of every effect of every step, in order
 	// (Wait only).
 	Effects []*orchestratorv1.EffectOutcome
+}
+
+// Wait is what a running workflow waits for (Workflow.Waiting).
+type Wait struct {
+	Reason   string
+	Since    time.Time
+	Attempts uint32
 }
 
 // StepView is one operator call as the steps query shows it.

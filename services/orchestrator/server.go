@@ -383,6 +383,9 @@ func toWorkflow(r *Workflow) *orchestratorv1.Workflow {
 	if r.Failure != nil {
 		wf.Failure = &typesv1.Status{Code: r.Failure.Code, Message: r.Failure.Message, Reason: r.Failure.Reason}
 	}
+	if w := r.Waiting; w != nil && r.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+		wf.Waiting = &orchestratorv1.WorkflowWait{Reason: w.Reason, Since: timestamppb.New(w.Since), Attempts: w.Attempts}
+	}
 	return wf
 }
 

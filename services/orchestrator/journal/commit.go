@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/secbear/neuron/pkg/errs"
 )
 
 // committer is a group commit over bbolt: writes that arrive while a
@@ -98,6 +100,7 @@ func (c *committer) run(batch []commitReq) {
 			return nil
 		})
 		if failed < 0 {
+			err = errs.FromStorage(err) // a full disk is StorageFull, which heals
 			for _, r := range batch {
 				r.err <- err
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -40,6 +41,10 @@ type Engine struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
+	// waits says what running workflows wait for (Workflow.Waiting);
+	// nwaits is its size, read without mu on every journal write.
+	waits  map[string]*orchestrator.Wait
+	nwaits atomic.Int32
 }
 
 // run is a workflow executing in this process.
@@ -49,7 +54,18 @@ type run struct {
 	// again asks the goroutine to run the workflow once more before it
 	// exits: a signal resumed it while the previous run was ending.
 	again bool
+	// stalled is the journal write that paused the run (a full disk),
+	// until the run goes again; stall is closed when it is set, to wake
+	// Wait.
+	stalled error
+	stall   chan struct{}
 }
+
+// Stalled runs go again after stallBackoff, doubling to stallBackoffMax.
+const (
+	stallBackoff    = 250 * time.Millisecond
+	stallBackoffMax = 5 * time.Second
+)
 
 // errShutdown is the cause that pauses workflows when the engine closes.
 var errShutdown = errors.New("the orchestrator is shutting down; the workflow resumes when it restarts")
@@ -65,7 +81,7 @@ func New(j *Journal, deps orchestrator.Deps, opts orchestrator.Options) *Engine 
 	opts = opts.WithDefaults()
 	base, stop := context.WithCancel(context.Background())
 	return &Engine{j: j, deps: deps, opts: opts, log: opts.Log, sleep: sleepCtx,
-		base: base, stop: stop, runs: map[string]*run{}}
+		base: base, stop: stop, runs: map[string]*run{}, waits: map[string]*orchestrator.Wait{}}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -201,15 +217,28 @@ func (e *Engine) launch(rec *record) {
 	}
 	ctx, cancel := context.WithCancelCause(e.base)
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(rec.Trace))
-	r := &run{cancel: cancel, done: make(chan struct{})}
+	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{})}
 	e.runs[rec.ID] = r
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer close(r.done)
 		defer cancel(nil)
+		backoff := stallBackoff
 		for {
-			e.execute(ctx, rec.ID)
+			if stalled := e.execute(ctx, rec.ID); stalled != nil && ctx.Err() == nil {
+				// The journal could not be written (a full disk): the
+				// workflow stays RUNNING, and goes again, from what is
+				// journaled, until the write goes through.
+				e.stalled(r, rec.ID, stalled)
+				if e.sleep(ctx, backoff) == nil {
+					backoff = min(2*backoff, stallBackoffMax)
+					e.mu.Lock()
+					r.stalled = nil
+					e.mu.Unlock()
+					continue
+				}
+			}
 			e.mu.Lock()
 			if r.again && ctx.Err() == nil {
 				r.again = false
@@ -217,40 +246,98 @@ func (e *Engine) launch(rec *record) {
 				continue
 			}
 			delete(e.runs, rec.ID)
+			if _, ok := e.waits[rec.ID]; ok {
+				delete(e.waits, rec.ID)
+				e.nwaits.Add(-1)
+			}
 			e.mu.Unlock()
 			return
 		}
 	}()
 }
 
-// execute runs workflow id until it ends, suspends or is stopped.
-func (e *Engine) execute(ctx context.Context, id string) {
+// stalled records that r's run paused because the journal could not be
+// written, and wakes whoever waits for the workflow.
+func (e *Engine) stalled(r *run, id string, err error) {
+	e.log.Error("the journal cannot be written; the workflow stays RUNNING and goes on once it can", "workflow_id", id, "err", err)
+	e.waiting(id, "the journal cannot be written: "+err.Error())
+	e.mu.Lock()
+	r.stalled = err
+	close(r.stall)
+	r.stall = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// waiting records what workflow id waits for (one more attempt).
+func (e *Engine) waiting(id, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.waits[id]
+	if w == nil {
+		w = &orchestrator.Wait{Since: time.Now()}
+		e.waits[id] = w
+		e.nwaits.Add(1)
+	}
+	w.Reason = reason
+	w.Attempts++
+}
+
+// progress says workflow id made progress: it no longer waits.
+func (e *Engine) progress(id string) {
+	if e.nwaits.Load() == 0 {
+		return
+	}
+	e.mu.Lock()
+	if _, ok := e.waits[id]; ok {
+		delete(e.waits, id)
+		e.nwaits.Add(-1)
+	}
+	e.mu.Unlock()
+}
+
+// execute runs workflow id until it ends, suspends or is stopped. It
+// returns the journal write that stopped it when the journal could not
+// be written (a full disk), leaving the workflow RUNNING.
+func (e *Engine) execute(ctx context.Context, id string) (stalled error) {
 	rec, logged, lookups, err := e.j.runState(id)
 	if err != nil {
 		e.log.Error("workflow vanished from the journal", "workflow_id", id, "err", err)
-		return
+		return nil
 	}
 	if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
-		return
+		return nil
 	}
 	h := newHost(e, ctx, rec, logged, lookups)
 	defer h.close()
 	exit := orchestrator.Run(h, e.spec(rec))
 	switch {
+	case h.stalled != nil:
+		return h.stalled
 	case exit.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING:
 		e.log.Info("workflow paused for shutdown", "workflow_id", id, "steps", h.n)
 	case exit.Failure != nil:
 		e.log.Warn("workflow ended", "workflow_id", id, "status", orchestrator.StatusName(exit.Status),
 			"code", exit.Failure.Code, "reason", exit.Failure.Reason, "error", exit.Failure.Message)
 	}
+	return nil
 }
 
-// Wait implements orchestrator.Engine.
+// Wait implements orchestrator.Engine. A workflow whose journal cannot
+// be written (a full disk) is not waited for: the caller learns at once,
+// while the workflow stays RUNNING and goes on by itself.
 func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, error) {
 	for {
 		e.mu.Lock()
 		r := e.runs[id]
+		var stall chan struct{}
+		var stalled error
+		if r != nil {
+			stall, stalled = r.stall, r.stalled
+		}
 		e.mu.Unlock()
+		if stalled != nil {
+			return nil, fmt.Errorf("workflow %q is RUNNING but cannot be journaled, so it waits and goes on by itself once it can (follow it with GetWorkflow): %w", id, stalled)
+		}
 		if r == nil {
 			rec, err := e.j.Get(id)
 			if err != nil {
@@ -271,6 +358,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, e
 		}
 		select {
 		case <-r.done:
+		case <-stall:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
@@ -406,6 +494,14 @@ func (e *Engine) view(r *record, effects bool) (*orchestrator.Workflow, error) {
 	}
 	if r.Failure != nil {
 		wf.Failure = &orchestrator.Failure{Code: r.Failure.Code, Message: r.Failure.Message, Reason: r.Failure.Reason}
+	}
+	if e.nwaits.Load() > 0 {
+		e.mu.Lock()
+		if w := e.waits[r.ID]; w != nil {
+			c := *w
+			wf.Waiting = &c
+		}
+		e.mu.Unlock()
 	}
 	if r.LastOutput != nil {
 		wf.LastOutput = &operatorv1.OperatorOutput{}

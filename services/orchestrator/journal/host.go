@@ -45,6 +45,10 @@ type host struct {
 	// it called, whose effects no earlier run can have recorded.
 	outputs map[uint64]*operatorv1.OperatorOutput
 	live    map[uint64]bool
+	// stalled is the journal write that failed because the disk is full:
+	// the run pauses (the workflow stays RUNNING) and the engine runs it
+	// again once the journal can be written.
+	stalled error
 }
 
 func newHost(e *Engine, ctx context.Context, rec *record, logged uint64, lookups map[string]*lookupRecord) *host {
@@ -76,6 +80,7 @@ func (h *host) flush(b *bolt.Bucket) error {
 }
 
 func (h *host) clear() {
+	h.e.progress(h.id) // a write went through: nothing to wait for
 	for agent, l := range h.staged {
 		h.lookups[agent] = l
 	}
@@ -338,7 +343,8 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 		if !orchestrator.Transient(err) {
 			return orchestrator.Outcome{}, err
 		}
-		h.e.log.Warn("state service unavailable; retrying the effect", "workflow_id", h.id, "effect", c.Ref.Kind, "attempt", attempt, "err", err)
+		h.e.log.Warn("the State service did not take the effect; retrying", "workflow_id", h.id, "effect", c.Ref.Kind, "attempt", attempt, "err", err)
+		h.e.waiting(h.id, fmt.Sprintf("effect %s (%s) of step %d: %v", c.Ref.Key, c.Ref.Kind, c.Step, err))
 		if err := h.e.sleep(h.ctx, backoff); err != nil {
 			return orchestrator.Outcome{}, err
 		}
@@ -433,14 +439,20 @@ func (h *host) prepare(ev *lifecyclev1.LifecycleEvent) *lifecyclev1.LifecycleEve
 	return ev
 }
 
-// Stopped implements orchestrator.Host.
-func (h *host) Stopped(error) *orchestrator.Stop {
+// Stopped implements orchestrator.Host. A journal that cannot be
+// written because its disk is full pauses the workflow rather than fail
+// it: the fault heals, and the engine runs it again (see Engine.launch).
+func (h *host) Stopped(err error) *orchestrator.Stop {
 	var canceled *canceledError
 	switch cause := context.Cause(h.ctx); {
 	case errors.Is(cause, errShutdown):
 		return &orchestrator.Stop{Pause: true}
 	case errors.As(cause, &canceled):
 		return &orchestrator.Stop{Reason: canceled.reason}
+	}
+	if errors.Is(err, errs.StorageFull) {
+		h.stalled = err
+		return &orchestrator.Stop{Pause: true}
 	}
 	return nil
 }
@@ -470,6 +482,9 @@ func (h *host) End(status orchestratorv1.WorkflowStatus, f *orchestrator.Failure
 	})
 	if err != nil {
 		h.e.log.Error("could not record the workflow's end", "workflow_id", h.id, "err", err)
+		if errors.Is(err, errs.StorageFull) {
+			h.stalled = err // still RUNNING: ended again once it can be written
+		}
 		return false
 	}
 	h.clear()

@@ -118,8 +118,13 @@ type Workflow struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Signals accepted but not yet delivered.
 	PendingSignals uint32 `protobuf:"varint,12,opt,name=pending_signals,json=pendingSignals,proto3" json:"pending_signals,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Why a RUNNING workflow is not making progress, when it waits for
+	// something outside it to come back (a full disk, a State service or
+	// an operator that is down); unset while it makes progress. It goes on
+	// by itself once the cause passes: nothing needs to be done to it.
+	Waiting       *WorkflowWait `protobuf:"bytes,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Workflow) Reset() {
@@ -236,6 +241,78 @@ func (x *Workflow) GetPendingSignals() uint32 {
 	return 0
 }
 
+func (x *Workflow) GetWaiting() *WorkflowWait {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+// WorkflowWait is what a running workflow is waiting for.
+type WorkflowWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What it waits for and the last error, e.g. "the journal cannot be
+	// written: the service's disk is full ...".
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the wait began.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// How many times it has tried so far.
+	Attempts      uint32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowWait) Reset() {
+	*x = WorkflowWait{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowWait) ProtoMessage() {}
+
+func (x *WorkflowWait) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowWait.ProtoReflect.Descriptor instead.
+func (*WorkflowWait) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WorkflowWait) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WorkflowWait) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *WorkflowWait) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 // DispatchRequest is the input of Dispatch.
 type DispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -256,7 +333,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +345,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +358,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DispatchRequest) GetAgentId() string {
@@ -327,7 +404,7 @@ type EffectOutcome struct {
 
 func (x *EffectOutcome) Reset() {
 	*x = EffectOutcome{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +416,7 @@ func (x *EffectOutcome) String() string {
 func (*EffectOutcome) ProtoMessage() {}
 
 func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +429,7 @@ func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectOutcome.ProtoReflect.Descriptor instead.
 func (*EffectOutcome) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EffectOutcome) GetIdempotencyKey() string {
@@ -393,7 +470,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +482,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +495,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DispatchResponse) GetWorkflowId() string {
@@ -462,7 +539,7 @@ type DispatchManyRequest struct {
 
 func (x *DispatchManyRequest) Reset() {
 	*x = DispatchManyRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +551,7 @@ func (x *DispatchManyRequest) String() string {
 func (*DispatchManyRequest) ProtoMessage() {}
 
 func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +564,7 @@ func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyRequest.ProtoReflect.Descriptor instead.
 func (*DispatchManyRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DispatchManyRequest) GetTasks() []*DispatchRequest {
@@ -520,7 +597,7 @@ type DispatchResult struct {
 
 func (x *DispatchResult) Reset() {
 	*x = DispatchResult{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +609,7 @@ func (x *DispatchResult) String() string {
 func (*DispatchResult) ProtoMessage() {}
 
 func (x *DispatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +622,7 @@ func (x *DispatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResult.ProtoReflect.Descriptor instead.
 func (*DispatchResult) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DispatchResult) GetResult() isDispatchResult_Result {
@@ -602,7 +679,7 @@ type DispatchManyResponse struct {
 
 func (x *DispatchManyResponse) Reset() {
 	*x = DispatchManyResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +691,7 @@ func (x *DispatchManyResponse) String() string {
 func (*DispatchManyResponse) ProtoMessage() {}
 
 func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +704,7 @@ func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyResponse.ProtoReflect.Descriptor instead.
 func (*DispatchManyResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DispatchManyResponse) GetResults() []*DispatchResult {
@@ -653,7 +730,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +742,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +755,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SignalRequest) GetWorkflowId() string {
@@ -715,7 +792,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +804,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +817,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SignalResponse) GetSequence() uint64 {
@@ -772,7 +849,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +861,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +874,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueryRequest) GetWorkflowId() string {
@@ -832,7 +909,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +921,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +934,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryResponse) GetResult() *structpb.Value {
@@ -884,7 +961,7 @@ type StartWorkflowRequest struct {
 
 func (x *StartWorkflowRequest) Reset() {
 	*x = StartWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +973,7 @@ func (x *StartWorkflowRequest) String() string {
 func (*StartWorkflowRequest) ProtoMessage() {}
 
 func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +986,7 @@ func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*StartWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartWorkflowRequest) GetWorkflowId() string {
@@ -953,7 +1030,7 @@ type StartWorkflowResponse struct {
 
 func (x *StartWorkflowResponse) Reset() {
 	*x = StartWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1042,7 @@ func (x *StartWorkflowResponse) String() string {
 func (*StartWorkflowResponse) ProtoMessage() {}
 
 func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1055,7 @@ func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*StartWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartWorkflowResponse) GetWorkflowId() string {
@@ -1006,7 +1083,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1095,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1108,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetWorkflowRequest) GetWorkflowId() string {
@@ -1052,7 +1129,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1141,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1154,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1100,7 +1177,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1189,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1202,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelWorkflowRequest) GetWorkflowId() string {
@@ -1153,7 +1230,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1242,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1255,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelWorkflowResponse) GetWorkflow() *Workflow {
@@ -1203,7 +1280,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1292,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1305,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListWorkflowsRequest) GetStatus() WorkflowStatus {
@@ -1265,7 +1342,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1354,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1367,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1311,7 +1388,7 @@ var File_layer0_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\xc8\x04\n" +
+	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\x88\x05\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12>\n" +
@@ -1329,7 +1406,12 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12'\n" +
-	"\x0fpending_signals\x18\f \x01(\rR\x0ependingSignals\"\xd4\x01\n" +
+	"\x0fpending_signals\x18\f \x01(\rR\x0ependingSignals\x12>\n" +
+	"\awaiting\x18\r \x01(\v2$.layer0.orchestrator.v1.WorkflowWaitR\awaiting\"t\n" +
+	"\fWorkflowWait\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"\xd4\x01\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\bagent_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aagentId\x12?\n" +
@@ -1439,83 +1521,86 @@ func file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_layer0_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(WorkflowStatus)(0),            // 0: layer0.orchestrator.v1.WorkflowStatus
 	(*Workflow)(nil),               // 1: layer0.orchestrator.v1.Workflow
-	(*DispatchRequest)(nil),        // 2: layer0.orchestrator.v1.DispatchRequest
-	(*EffectOutcome)(nil),          // 3: layer0.orchestrator.v1.EffectOutcome
-	(*DispatchResponse)(nil),       // 4: layer0.orchestrator.v1.DispatchResponse
-	(*DispatchManyRequest)(nil),    // 5: layer0.orchestrator.v1.DispatchManyRequest
-	(*DispatchResult)(nil),         // 6: layer0.orchestrator.v1.DispatchResult
-	(*DispatchManyResponse)(nil),   // 7: layer0.orchestrator.v1.DispatchManyResponse
-	(*SignalRequest)(nil),          // 8: layer0.orchestrator.v1.SignalRequest
-	(*SignalResponse)(nil),         // 9: layer0.orchestrator.v1.SignalResponse
-	(*QueryRequest)(nil),           // 10: layer0.orchestrator.v1.QueryRequest
-	(*QueryResponse)(nil),          // 11: layer0.orchestrator.v1.QueryResponse
-	(*StartWorkflowRequest)(nil),   // 12: layer0.orchestrator.v1.StartWorkflowRequest
-	(*StartWorkflowResponse)(nil),  // 13: layer0.orchestrator.v1.StartWorkflowResponse
-	(*GetWorkflowRequest)(nil),     // 14: layer0.orchestrator.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),    // 15: layer0.orchestrator.v1.GetWorkflowResponse
-	(*CancelWorkflowRequest)(nil),  // 16: layer0.orchestrator.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil), // 17: layer0.orchestrator.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 18: layer0.orchestrator.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 19: layer0.orchestrator.v1.ListWorkflowsResponse
-	(*v1.Money)(nil),               // 20: layer0.types.v1.Money
-	(*v11.OperatorOutput)(nil),     // 21: layer0.operator.v1.OperatorOutput
-	(*v1.Status)(nil),              // 22: layer0.types.v1.Status
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
-	(*v11.OperatorInput)(nil),      // 24: layer0.operator.v1.OperatorInput
-	(*v1.SignalPayload)(nil),       // 25: layer0.types.v1.SignalPayload
-	(*structpb.Value)(nil),         // 26: google.protobuf.Value
+	(*WorkflowWait)(nil),           // 2: layer0.orchestrator.v1.WorkflowWait
+	(*DispatchRequest)(nil),        // 3: layer0.orchestrator.v1.DispatchRequest
+	(*EffectOutcome)(nil),          // 4: layer0.orchestrator.v1.EffectOutcome
+	(*DispatchResponse)(nil),       // 5: layer0.orchestrator.v1.DispatchResponse
+	(*DispatchManyRequest)(nil),    // 6: layer0.orchestrator.v1.DispatchManyRequest
+	(*DispatchResult)(nil),         // 7: layer0.orchestrator.v1.DispatchResult
+	(*DispatchManyResponse)(nil),   // 8: layer0.orchestrator.v1.DispatchManyResponse
+	(*SignalRequest)(nil),          // 9: layer0.orchestrator.v1.SignalRequest
+	(*SignalResponse)(nil),         // 10: layer0.orchestrator.v1.SignalResponse
+	(*QueryRequest)(nil),           // 11: layer0.orchestrator.v1.QueryRequest
+	(*QueryResponse)(nil),          // 12: layer0.orchestrator.v1.QueryResponse
+	(*StartWorkflowRequest)(nil),   // 13: layer0.orchestrator.v1.StartWorkflowRequest
+	(*StartWorkflowResponse)(nil),  // 14: layer0.orchestrator.v1.StartWorkflowResponse
+	(*GetWorkflowRequest)(nil),     // 15: layer0.orchestrator.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),    // 16: layer0.orchestrator.v1.GetWorkflowResponse
+	(*CancelWorkflowRequest)(nil),  // 17: layer0.orchestrator.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil), // 18: layer0.orchestrator.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 19: layer0.orchestrator.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 20: layer0.orchestrator.v1.ListWorkflowsResponse
+	(*v1.Money)(nil),               // 21: layer0.types.v1.Money
+	(*v11.OperatorOutput)(nil),     // 22: layer0.operator.v1.OperatorOutput
+	(*v1.Status)(nil),              // 23: layer0.types.v1.Status
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(*v11.OperatorInput)(nil),      // 25: layer0.operator.v1.OperatorInput
+	(*v1.SignalPayload)(nil),       // 26: layer0.types.v1.SignalPayload
+	(*structpb.Value)(nil),         // 27: google.protobuf.Value
 }
 var file_layer0_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	0,  // 0: layer0.orchestrator.v1.Workflow.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	20, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
-	20, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
-	21, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
-	22, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
-	23, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	23, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
-	24, // 7: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	20, // 8: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
-	21, // 9: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	3,  // 10: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
-	20, // 11: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
-	2,  // 12: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
-	4,  // 13: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
-	22, // 14: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
-	6,  // 15: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
-	25, // 16: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
-	26, // 17: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
-	26, // 18: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
-	24, // 19: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	20, // 20: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
-	1,  // 21: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	1,  // 22: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	0,  // 23: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	1,  // 24: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
-	2,  // 25: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
-	5,  // 26: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
-	8,  // 27: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
-	10, // 28: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
-	12, // 29: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
-	14, // 30: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
-	16, // 31: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
-	18, // 32: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
-	4,  // 33: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
-	7,  // 34: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
-	9,  // 35: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
-	11, // 36: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
-	13, // 37: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
-	15, // 38: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
-	17, // 39: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
-	19, // 40: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
+	21, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
+	22, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
+	23, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
+	24, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
+	24, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 7: layer0.orchestrator.v1.Workflow.waiting:type_name -> layer0.orchestrator.v1.WorkflowWait
+	24, // 8: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
+	25, // 9: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	21, // 10: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
+	22, // 11: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	4,  // 12: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
+	21, // 13: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
+	3,  // 14: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
+	5,  // 15: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
+	23, // 16: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
+	7,  // 17: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
+	26, // 18: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
+	27, // 19: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
+	27, // 20: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
+	25, // 21: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	21, // 22: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
+	1,  // 23: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	1,  // 24: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	0,  // 25: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
+	1,  // 26: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
+	3,  // 27: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
+	6,  // 28: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
+	9,  // 29: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
+	11, // 30: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
+	13, // 31: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
+	15, // 32: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
+	17, // 33: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
+	19, // 34: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
+	5,  // 35: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
+	8,  // 36: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
+	10, // 37: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
+	12, // 38: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
+	14, // 39: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
+	16, // 40: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
+	18, // 41: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
+	20, // 42: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_layer0_orchestrator_v1_orchestrator_proto_init() }
@@ -1523,7 +1608,7 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 	if File_layer0_orchestrator_v1_orchestrator_proto != nil {
 		return
 	}
-	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5].OneofWrappers = []any{
+	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6].OneofWrappers = []any{
 		(*DispatchResult_Response)(nil),
 		(*DispatchResult_Error)(nil),
 	}
@@ -1533,7 +1618,7 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc), len(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
