@@ -508,3 +508,225 @@ func TestCloseConcurrent(t *testing.T) {
 		t.Fatalf("Subscribers = %d after Close", b.Subscribers())
 	}
 }
+
+// padded is an observable event of workflow wf whose payload is n bytes,
+// at a fixed time: events of one n have one encoded size.
+func padded(wf string, n int) *lifecyclev1.LifecycleEvent {
+	ev := Observable(srcOrch, "test.padded", wf, "", map[string]any{"pad": strings.Repeat("x", n)})
+	ev.Time = timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC))
+	return ev
+}
+
+// TestSubscriberBufferBytes checks the byte bound of a subscriber's
+// buffer: live events are taken while their encoded size stays within
+// SubscriberBufferBytes, one event larger than the bound is taken by an
+// empty buffer, and the replay counts towards neither bound.
+func TestSubscriberBufferBytes(t *testing.T) {
+	size := proto.Size(mustPublished(t, padded("wf", 300)))
+	b := NewBus(Options{SubscriberBuffer: 100, SubscriberBufferBytes: 3 * size})
+	sub, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		b.Publish(padded("wf", 300))
+	}
+	got, _ := buffered(sub)
+	if !slices.Equal(seqs(got), span(1, 3)) || sub.Dropped() != 1 {
+		t.Fatalf("took %v, dropped %d; want 1..3 (three events of %d B fill %d B) and 1 dropped", seqs(got), sub.Dropped(), size, 3*size)
+	}
+	// Read one at a time: there is room again for one event.
+	b.Publish(padded("wf", 300))
+	b.Publish(padded("wf", 300))
+	got, _ = buffered(sub)
+	if !slices.Equal(seqs(got), span(5, 6)) {
+		t.Fatalf("after reading: took %v, want 5, 6", seqs(got))
+	}
+	// An event larger than the bound on its own: taken by the empty
+	// buffer, not by one that holds anything.
+	b.Publish(padded("wf", 4*size))
+	b.Publish(padded("wf", 4*size))
+	got, _ = buffered(sub)
+	if !slices.Equal(seqs(got), []uint64{7}) {
+		t.Fatalf("large events: took %v, want 7 only", seqs(got))
+	}
+
+	// A replay of more than the bound, then a live event: all taken.
+	replayed, err := b.Subscribe(Filter{}, seqp(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Publish(padded("wf", 300))
+	got, _ = buffered(replayed)
+	if !slices.Equal(seqs(got), span(1, 9)) || replayed.Dropped() != 0 {
+		t.Fatalf("replay and a live event: %v, dropped %d; want 1..9 and none dropped", seqs(got), replayed.Dropped())
+	}
+}
+
+// mustPublished is ev as the bus stores it: with a sequence and a time,
+// whose encoded size is what the bus counts.
+func mustPublished(t *testing.T, ev *lifecyclev1.LifecycleEvent) *lifecyclev1.LifecycleEvent {
+	t.Helper()
+	b := NewBus(Options{StartSequence: 1})
+	b.Publish(ev)
+	sub, err := b.Subscribe(Filter{}, seqp(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recv(t, sub).Event
+}
+
+// TestUntilFull checks that a subscription made with UntilFull ends,
+// instead of missing events, when an event does not fit its buffer
+// (bound by count or by bytes): it keeps the events before that one,
+// takes nothing more, and says why.
+func TestUntilFull(t *testing.T) {
+	size := proto.Size(mustPublished(t, padded("wf", 300)))
+	for _, tt := range []struct {
+		name      string
+		opts      Options
+		kept      uint64
+		maxEvents int
+		maxBytes  int
+	}{
+		{"count", Options{SubscriberBuffer: 3}, 3, 3, DefaultSubscriberBufferBytes},
+		{"bytes", Options{SubscriberBuffer: 100, SubscriberBufferBytes: 2*size + size/2}, 2, 100, 2*size + size/2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBus(tt.opts)
+			b.Publish(padded("wf", 300)) // before the subscription
+			sub, err := b.Subscribe(Filter{}, nil, UntilFull())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sub.After() != 1 || sub.Err() != nil {
+				t.Fatalf("After %d, Err %v; want 1 and nil", sub.After(), sub.Err())
+			}
+			for range 10 {
+				b.Publish(padded("wf", 300))
+			}
+			select {
+			case <-sub.Done():
+			default:
+				t.Fatal("the subscription did not end")
+			}
+			got, open := buffered(sub)
+			if !slices.Equal(seqs(got), span(2, 1+tt.kept)) || open {
+				t.Fatalf("kept %v, open %v; want %v then the channel closed", seqs(got), open, span(2, 1+tt.kept))
+			}
+			var full *OverflowError
+			if err := sub.Err(); !errors.As(err, &full) || !errors.Is(err, errs.ResourceExhausted) {
+				t.Fatalf("Err = %v; want an *OverflowError, RESOURCE_EXHAUSTED", err)
+			}
+			want := OverflowError{Sequence: 2 + tt.kept, Size: size, Events: int(tt.kept), Bytes: int64(tt.kept) * int64(size), MaxEvents: tt.maxEvents, MaxBytes: tt.maxBytes}
+			if *full != want {
+				t.Fatalf("overflow %+v, want %+v", *full, want)
+			}
+			if !strings.Contains(full.Error(), fmt.Sprintf("did not keep up: %d events", tt.kept)) {
+				t.Fatalf("message %q", full.Error())
+			}
+			if b.Subscribers() != 0 || sub.Dropped() != 0 {
+				t.Fatalf("Subscribers %d, Dropped %d after the overflow; want 0, 0", b.Subscribers(), sub.Dropped())
+			}
+			sub.Close() // no double close
+			if !errors.As(sub.Err(), &full) {
+				t.Fatalf("Close replaced the reason: %v", sub.Err())
+			}
+		})
+	}
+	t.Run("ends", func(t *testing.T) {
+		b := NewBus(Options{})
+		for range 5 {
+			b.Publish(obs("wf"))
+		}
+		replayed, err := b.Subscribe(Filter{}, seqp(2), UntilFull())
+		if err != nil {
+			t.Fatal(err)
+		}
+		beyond, err := b.Subscribe(Filter{}, seqp(100), UntilFull())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replayed.After() != 2 || beyond.After() != 5 {
+			t.Fatalf("After: %d with a replay from 2, %d from beyond the last; want 2 and 5", replayed.After(), beyond.After())
+		}
+		replayed.Close()
+		if replayed.Err() != nil {
+			t.Fatalf("Err after Close = %v, want nil", replayed.Err())
+		}
+		b.Close()
+		<-beyond.Done()
+		if err := beyond.Err(); !errors.Is(err, errs.Unavailable) {
+			t.Fatalf("Err after the bus closed = %v, want UNAVAILABLE", err)
+		}
+	})
+}
+
+// TestSubscriberBufferBytesBoundsMemory checks what the byte bound is
+// for: subscribers that do not read pin at most SubscriberBufferBytes of
+// events each beyond the ring, whatever the events' size. Each of the
+// subscribers follows a workflow of its own, and the ring is small, so
+// the events they hold are theirs alone. Without the byte bound they
+// would hold SubscriberBuffer (256) events of 16 KiB each: 4 MiB each,
+// 128 MiB in all.
+func TestSubscriberBufferBytesBoundsMemory(t *testing.T) {
+	const subscribers, events, pad = 32, 300, 16 << 10
+	b := NewBus(Options{BufferSize: 16})
+	subs := make([]*Subscription, subscribers)
+	for i := range subs {
+		var err error
+		if subs[i], err = b.Subscribe(Filter{WorkflowID: fmt.Sprint(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := memory()
+	for range events {
+		for i := range subscribers {
+			b.Publish(padded(fmt.Sprint(i), pad))
+		}
+	}
+	after := memory()
+	// Each holds at most the bound, and the ring 16 events more; the
+	// events are about twice their encoded size in memory.
+	bound := int64(subscribers*DefaultSubscriberBufferBytes+16*pad) * 2
+	grew := int64(after.heap) - int64(before.heap)
+	t.Logf("%d subscribers that do not read, %d events of %d KiB each: the heap in use grew by %d KiB (bound %d KiB)",
+		subscribers, events, pad>>10, grew>>10, bound>>10)
+	if grew > bound {
+		t.Errorf("the heap in use grew by %d KiB; want less than %d KiB", grew>>10, bound>>10)
+	}
+	for i, s := range subs {
+		if s.Dropped() == 0 {
+			t.Errorf("subscriber %d dropped nothing", i)
+		}
+	}
+	runtime.KeepAlive(subs)
+}
+
+// BenchmarkPublish measures Publish of a 200-byte event to subscribers
+// that read: the clone, the size the byte bound needs, and the fan-out.
+func BenchmarkPublish(b *testing.B) {
+	for _, n := range []int{1, 64, 1024} {
+		b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
+			bus := NewBus(Options{})
+			var wg sync.WaitGroup
+			for range n {
+				s, err := bus.Subscribe(Filter{}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Go(func() {
+					for range s.C() {
+					}
+				})
+			}
+			ev := padded("wf", 200)
+			b.ReportAllocs()
+			for b.Loop() {
+				bus.Publish(ev)
+			}
+			bus.Close()
+			wg.Wait()
+		})
+	}
+}

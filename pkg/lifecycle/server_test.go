@@ -3,27 +3,33 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"runtime"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/interceptor/auth"
 )
 
 // harness is a real grpcserver (the standard chain, dev mode) on a
 // loopback listener serving NewServer(bus).
 type harness struct {
 	bus    *Bus
+	addr   string // the server's listen address
 	client lifecyclev1.LifecycleServiceClient
 	// ended receives what each Subscribe handler returned, before the
 	// chain maps it to a status.
@@ -36,12 +42,14 @@ type harnessOptions struct {
 	shutdown bool                                      // WithShutdown(the Serve context)
 	wrap     func(grpc.ServerStream) grpc.ServerStream // wraps the handler's stream
 	log      WorkflowLog                               // WithWorkflowLog(log, 20ms)
+	policy   *auth.Policy                              // authentication on (plaintext), else dev mode
+	server   []ServerOption                            // more options of NewServer
 }
 
 func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
 	t.Helper()
 	noLeaks(t)
-	h := &harness{bus: bus, ended: make(chan error, 16), done: make(chan error, 1)}
+	h := &harness{bus: bus, ended: make(chan error, 4096), done: make(chan error, 1)}
 	record := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if ho.wrap != nil {
 			ss = ho.wrap(ss)
@@ -50,8 +58,8 @@ func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
 		h.ended <- err
 		return err
 	}
-	gs, err := grpcserver.New(grpcserver.Config{Name: "t", Addr: "127.0.0.1:0", Dev: true, ShutdownTimeout: 4 * hangGuard}, nil,
-		grpcserver.WithInterceptors(nil, []grpc.StreamServerInterceptor{record}))
+	cfg := grpcserver.Config{Name: "t", Addr: "127.0.0.1:0", Dev: ho.policy == nil, Plaintext: true, ShutdownTimeout: 4 * hangGuard}
+	gs, err := grpcserver.New(cfg, nil, grpcserver.WithInterceptors(nil, []grpc.StreamServerInterceptor{record}), grpcserver.WithPolicy(ho.policy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,19 +72,17 @@ func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
 	if ho.log != nil {
 		opts = append(opts, WithWorkflowLog(ho.log, 20*time.Millisecond))
 	}
+	opts = append(opts, ho.server...)
 	lifecyclev1.RegisterLifecycleServiceServer(gs, NewServer(bus, opts...))
 	lis, err := gs.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.addr = lis.Addr().String()
 	go func() { h.done <- gs.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.client = lifecyclev1.NewLifecycleServiceClient(conn)
+	// Registered first, so it runs last: after the clients' connections
+	// close, which ends their streams, so the graceful stop is quick.
 	t.Cleanup(func() {
-		_ = conn.Close() // ends the client's streams, so the graceful stop is quick
 		cancel()
 		select {
 		case err := <-h.done:
@@ -87,7 +93,36 @@ func start(t *testing.T, bus *Bus, ho harnessOptions) *harness {
 			t.Error("server did not stop")
 		}
 	})
+	h.client = h.clientFrom(t, "")
 	return h
+}
+
+// clientFrom is a client on a connection of its own, from the local IP
+// address ip ("": any). On Linux every 127.x.y.z address is the loopback,
+// so clients from different addresses are different clients to the
+// per-client cap.
+func (h *harness) clientFrom(t *testing.T, ip string) lifecyclev1.LifecycleServiceClient {
+	t.Helper()
+	conn, err := dialFrom(h.addr, ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return lifecyclev1.NewLifecycleServiceClient(conn)
+}
+
+// dialFrom is a connection to addr from the local IP address ip ("":
+// any).
+func dialFrom(addr, ip string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	d := net.Dialer{}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }),
+	}, opts...)
+	return grpc.NewClient(addr, opts...)
 }
 
 // noLeaks checks, at the end of the test, that the goroutine count falls
@@ -274,71 +309,261 @@ func TestServerNilFields(t *testing.T) {
 	}
 }
 
-// gatedStream holds the handler's first Send until the gate opens, so the
-// test can overrun the subscriber's buffer deterministically.
+// gatedStream lets the handler's first pass sends through and holds the
+// next one until the gate opens or the stream ends, so a test can
+// overrun the subscriber's buffer deterministically.
 type gatedStream struct {
 	grpc.ServerStream
+	pass    int
+	sent    *int
 	entered chan struct{}
 	gate    chan struct{}
-	once    *sync.Once
 }
 
 func (g gatedStream) SendMsg(m any) error {
-	g.once.Do(func() {
+	if *g.sent++; *g.sent == g.pass+1 {
 		close(g.entered)
 		select {
 		case <-g.gate:
 		case <-g.Context().Done():
 		}
-	})
+	}
 	return g.ServerStream.SendMsg(m)
 }
 
-func TestServerReportsDropped(t *testing.T) {
-	const buf = 4
-	entered, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	bus := NewBus(Options{SubscriberBuffer: buf})
-	h := start(t, bus, harnessOptions{wrap: func(ss grpc.ServerStream) grpc.ServerStream {
-		return gatedStream{ServerStream: ss, entered: entered, gate: gate, once: &once}
-	}})
-	ctx := testCtx(t)
-	first := bus.Publish(obs("wf"))
-	stream, err := h.client.Subscribe(ctx, &lifecyclev1.SubscribeRequest{AfterSequence: seqp(0)})
+// gated is a harness option: the handler's first pass sends go through,
+// the next waits for the returned gate (or the end of the stream); entered
+// is closed when it starts waiting. For one stream at a time.
+func gated(pass int) (wrap func(grpc.ServerStream) grpc.ServerStream, entered, gate chan struct{}) {
+	entered, gate = make(chan struct{}), make(chan struct{})
+	sent := 0
+	return func(ss grpc.ServerStream) grpc.ServerStream {
+		return gatedStream{ServerStream: ss, pass: pass, sent: &sent, entered: entered, gate: gate}
+	}, entered, gate
+}
+
+func waitFor(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(hangGuard):
+		t.Fatalf("%s did not happen", what)
+	}
+}
+
+// TestServerEndsASubscriberThatFellBehind checks what a subscriber that
+// does not keep up gets: once an event does not fit its buffer (by count
+// or by bytes) while a Send is blocked, the stream ends at once with
+// RESOURCE_EXHAUSTED naming the numbers, the flags and the after_sequence
+// to resubscribe with; the events it received before are contiguous, and
+// the resubscription replays the rest with no gap and no duplicate.
+func TestServerEndsASubscriberThatFellBehind(t *testing.T) {
+	size := proto.Size(mustPublished(t, padded("wf", 300)))
+	for _, tt := range []struct {
+		name string
+		opts Options
+	}{
+		{"count", Options{SubscriberBuffer: 4}},
+		{"bytes", Options{SubscriberBuffer: 100, SubscriberBufferBytes: 4 * size}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wrap, entered, _ := gated(3)
+			bus := NewBus(tt.opts)
+			h := start(t, bus, harnessOptions{wrap: wrap})
+			ctx := testCtx(t)
+			for range 3 {
+				bus.Publish(padded("wf", 300))
+			}
+			stream, err := h.client.Subscribe(ctx, &lifecyclev1.SubscribeRequest{AfterSequence: seqp(0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for range 3 { // the replay
+				resp, err := stream.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, resp.GetEvent().GetSequence())
+			}
+			bus.Publish(padded("wf", 300)) // 4: its Send blocks
+			waitFor(t, entered, "the fourth Send")
+			for range 8 { // 5..8 fill the buffer, 9 does not fit
+				bus.Publish(padded("wf", 300))
+			}
+			const msg = "the subscriber did not keep up: 4 events"
+			const resume = "resubscribe with after_sequence=3 to resume (4 if event 4 reached you before this status)"
+			err = h.handlerEnded(t)
+			if !errors.Is(err, errs.ResourceExhausted) || !strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), resume) ||
+				!strings.Contains(err.Error(), "event 9") || !strings.Contains(err.Error(), "(--subscriber-buffer, --subscriber-buffer-bytes)") {
+				t.Fatalf("the handler returned %v; want RESOURCE_EXHAUSTED %q ... %q", err, msg, resume)
+			}
+			_, err = stream.Recv()
+			wantStatus(t, err, codes.ResourceExhausted, resume)
+			if bus.Subscribers() != 0 {
+				t.Fatalf("Subscribers = %d after the stream ended", bus.Subscribers())
+			}
+
+			// Event 4 never reached the client: it resumes after 3.
+			stream, err = h.client.Subscribe(ctx, &lifecyclev1.SubscribeRequest{AfterSequence: seqp(got[len(got)-1])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(got) < 12 {
+				resp, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("after %v: %v", got, err)
+				}
+				got = append(got, resp.GetEvent().GetSequence())
+			}
+			if !slices.Equal(got, span(1, 12)) {
+				t.Fatalf("received %v across the two streams, want 1..12", got)
+			}
+		})
+	}
+}
+
+// TestServerSendTimeout checks that a stream whose client does not read
+// ends once a Send has waited for the send timeout, even with room in
+// its buffer, naming the flag and where to resume: live streams and
+// workflow-log streams alike.
+func TestServerSendTimeout(t *testing.T) {
+	const stalled = "the client has not read the stream for 1ms (--subscriber-send-timeout): event 2 is still waiting to be sent; "
+	log := &memLog{}
+	log.add("orchestrator.a", "x")
+	log.add("orchestrator.b", "x")
+	for _, tt := range []struct {
+		name string
+		req  *lifecyclev1.SubscribeRequest
+		want string
+	}{
+		{"live", &lifecyclev1.SubscribeRequest{AfterSequence: seqp(0)},
+			stalled + "resubscribe with after_sequence=1 to resume (2 if event 2 reached you before this status)"},
+		{"workflow log", &lifecyclev1.SubscribeRequest{WorkflowId: "w1", AfterWorkflowSequence: proto.Uint64(0)},
+			stalled + "resubscribe with after_workflow_sequence=1 to resume (2 if event 2 reached you before this status)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wrap, entered, _ := gated(1)
+			bus := NewBus(Options{})
+			h := start(t, bus, harnessOptions{wrap: wrap, log: log, server: []ServerOption{WithSendTimeout(time.Millisecond)}})
+			ctx := testCtx(t)
+			bus.Publish(obs("wf"))
+			bus.Publish(obs("wf"))
+			stream, err := h.client.Subscribe(ctx, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, entered, "the second Send") // the first went through
+			if err := h.handlerEnded(t); !errors.Is(err, errs.ResourceExhausted) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("the handler returned %v; want RESOURCE_EXHAUSTED %q", err, tt.want)
+			}
+			if _, err := stream.Recv(); err != nil {
+				t.Fatalf("the first event: %v", err)
+			}
+			_, err = stream.Recv()
+			wantStatus(t, err, codes.ResourceExhausted, tt.want)
+		})
+	}
+}
+
+// open opens a Subscribe stream and waits for its headers: it returns
+// the stream when it is subscribed, or the status it was refused with.
+func open(t *testing.T, ctx context.Context, c lifecyclev1.LifecycleServiceClient, req *lifecyclev1.SubscribeRequest) (grpc.ServerStreamingClient[lifecyclev1.SubscribeResponse], error) {
+	t.Helper()
+	stream, err := c.Subscribe(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The handler took the replayed first event and is stuck sending it.
-	select {
-	case <-entered:
-	case <-time.After(hangGuard):
-		t.Fatal("the handler never sent")
+	md, err := stream.Header()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 10 * buf {
-		bus.Publish(obs("wf"))
+	if md != nil {
+		return stream, nil
 	}
-	close(gate)
+	_, err = stream.Recv() // a refused stream ends without headers
+	if err == nil {
+		t.Fatal("a stream without headers sent an event")
+	}
+	return nil, err
+}
 
-	// The first event, then the channel's content (buf, plus one for the
-	// replayed event), then the next event carries the count of the rest.
-	const kept = buf + 1
-	for i := range 1 + kept {
-		resp, err := stream.Recv()
+// TestServerStreamLimits checks the caps on open Subscribe streams: per
+// client (its IP address without credentials, its principal with them)
+// and in total, counting both kinds of subscription; a stream over a cap
+// is refused at once with RESOURCE_EXHAUSTED naming the cap, its value
+// and its flag; a stream that ends frees its place.
+func TestServerStreamLimits(t *testing.T) {
+	perClient := "too many lifecycle subscriptions from %s: the most one client may hold open is %d (--lifecycle-max-streams-per-client=%[2]d); close the streams it does not read, or raise the cap"
+	total := "too many lifecycle subscriptions: the most this server holds open is %d (--lifecycle-max-streams=%[1]d); retry later, or raise the cap"
+	live := &lifecyclev1.SubscribeRequest{}
+	logged := &lifecyclev1.SubscribeRequest{WorkflowId: "w1", AfterWorkflowSequence: proto.Uint64(0)}
+
+	t.Run("by address", func(t *testing.T) {
+		h := start(t, NewBus(Options{}), harnessOptions{log: &memLog{}, server: []ServerOption{WithStreamLimits(3, 2)}})
+		ctx := testCtx(t)
+		a1, a2, b, c := h.clientFrom(t, "127.0.1.1"), h.clientFrom(t, "127.0.1.1"), h.clientFrom(t, "127.0.1.2"), h.clientFrom(t, "127.0.1.3")
+		ctx1, leave := context.WithCancel(ctx)
+		for i, s := range []struct {
+			ctx    context.Context
+			client lifecyclev1.LifecycleServiceClient
+			req    *lifecyclev1.SubscribeRequest
+			want   string
+		}{
+			{ctx1, a1, live, ""},
+			{ctx, a2, logged, ""}, // the same address, another connection
+			{ctx, a1, live, fmt.Sprintf(perClient, "address 127.0.1.1", 2)},
+			{ctx, b, logged, ""},
+			{ctx, b, live, fmt.Sprintf(total, 3)},
+			{ctx, c, logged, fmt.Sprintf(total, 3)},
+		} {
+			_, err := open(t, s.ctx, s.client, s.req)
+			if s.want == "" {
+				if err != nil {
+					t.Fatalf("stream %d: %v; want it subscribed", i, err)
+				}
+				continue
+			}
+			wantStatus(t, err, codes.ResourceExhausted, s.want)
+		}
+		// One of 127.0.1.1's streams ends: both it and 127.0.1.3 may open one.
+		leave()
+		for {
+			if err := h.handlerEnded(t); errors.Is(err, context.Canceled) {
+				break
+			}
+		}
+		if _, err := open(t, ctx, c, live); err != nil {
+			t.Fatalf("after a stream ended: %v", err)
+		}
+		_, err := open(t, ctx, a1, live)
+		wantStatus(t, err, codes.ResourceExhausted, fmt.Sprintf(total, 3))
+	})
+	t.Run("by principal", func(t *testing.T) {
+		policy, err := auth.NewPolicy([]auth.Principal{
+			{Name: "p1", Tokens: []string{"token-of-principal-1"}, Allow: []string{"*"}},
+			{Name: "p2", Tokens: []string{"token-of-principal-2"}, Allow: []string{"*"}},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if seq := resp.GetEvent().GetSequence(); seq != first+uint64(i) || resp.GetDropped() != 0 {
-			t.Fatalf("response %d: sequence %d dropped %d", i, seq, resp.GetDropped())
+		h := start(t, NewBus(Options{}), harnessOptions{policy: policy, server: []ServerOption{WithStreamLimits(10, 1)}})
+		ctx := testCtx(t)
+		as := func(token string) context.Context {
+			return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 		}
-	}
-	next := bus.Publish(obs("wf"))
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.GetEvent().GetSequence() != next || resp.GetDropped() != 10*buf-kept {
-		t.Fatalf("after the gap: sequence %d dropped %d, want %d and %d", resp.GetEvent().GetSequence(), resp.GetDropped(), next, 10*buf-kept)
-	}
+		a, b := h.clientFrom(t, "127.0.1.1"), h.clientFrom(t, "127.0.1.2")
+		if _, err := open(t, as("token-of-principal-1"), a, live); err != nil {
+			t.Fatal(err)
+		}
+		// The same principal from another address: the same client.
+		_, err = open(t, as("token-of-principal-1"), b, live)
+		wantStatus(t, err, codes.ResourceExhausted, fmt.Sprintf(perClient, `principal "p1"`, 1))
+		// Another principal from the first address: another client.
+		if _, err := open(t, as("token-of-principal-2"), a, live); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestServerClientCancelEndsStream(t *testing.T) {
