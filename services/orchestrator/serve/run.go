@@ -59,8 +59,10 @@ const (
 	DefaultDataDir          = ".data/orchestrator"
 	DefaultEventsBuffer     = 4096
 	DefaultSubscriberBuffer = 256
-	DefaultEventLogPoll     = time.Second
-	DefaultTemporalNS       = "default"
+	// DefaultSubscriberBufferBytes is lifecycle's: 256 KiB.
+	DefaultSubscriberBufferBytes = lifecycle.DefaultSubscriberBufferBytes
+	DefaultEventLogPoll          = time.Second
+	DefaultTemporalNS            = "default"
 )
 
 // Config is everything Run needs to serve the orchestrator: what its
@@ -129,10 +131,26 @@ type Config struct {
 	// that reconnect with after_sequence (--events-buffer, default
 	// DefaultEventsBuffer).
 	EventsBuffer int
-	// SubscriberBuffer is how many events are buffered per subscriber; a
-	// slower subscriber misses events instead of slowing dispatch
-	// (--subscriber-buffer, default DefaultSubscriberBuffer).
-	SubscriberBuffer int
+	// SubscriberBuffer and SubscriberBufferBytes bound what is buffered
+	// for each subscriber: events, and their encoded size. A subscriber
+	// whose buffer overflows is ended with RESOURCE_EXHAUSTED naming the
+	// after_sequence to resume from, instead of slowing dispatch
+	// (--subscriber-buffer, default DefaultSubscriberBuffer;
+	// --subscriber-buffer-bytes, default DefaultSubscriberBufferBytes).
+	SubscriberBuffer      int
+	SubscriberBufferBytes int
+	// SubscriberSendTimeout ends a subscriber whose client has not read
+	// an event for that long (--subscriber-send-timeout, default
+	// lifecycle.DefaultSendTimeout).
+	SubscriberSendTimeout time.Duration
+	// MaxStreams and MaxStreamsPerClient cap the open Subscribe streams,
+	// in all and per client (its principal, else its IP address); one
+	// more is refused with RESOURCE_EXHAUSTED (--lifecycle-max-streams,
+	// default lifecycle.DefaultMaxStreams;
+	// --lifecycle-max-streams-per-client, default
+	// lifecycle.DefaultMaxStreamsPerClient). See the README's "Slow
+	// subscribers" for what they cost.
+	MaxStreams, MaxStreamsPerClient int
 	// EventLogPoll is how often a subscriber of a workflow's event log
 	// looks for events another replica recorded (--event-log-poll,
 	// default DefaultEventLogPoll).
@@ -209,6 +227,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SubscriberBuffer <= 0 {
 		c.SubscriberBuffer = DefaultSubscriberBuffer
 	}
+	if c.SubscriberBufferBytes <= 0 {
+		c.SubscriberBufferBytes = DefaultSubscriberBufferBytes
+	}
+	if c.SubscriberSendTimeout <= 0 {
+		c.SubscriberSendTimeout = lifecycle.DefaultSendTimeout
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = lifecycle.DefaultMaxStreams
+	}
+	if c.MaxStreamsPerClient <= 0 {
+		c.MaxStreamsPerClient = lifecycle.DefaultMaxStreamsPerClient
+	}
 	if c.EventLogPoll <= 0 {
 		c.EventLogPoll = DefaultEventLogPoll
 	}
@@ -268,7 +298,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer stateConn.Close()
 
 	deps := orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn)}
-	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer}
+	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer, SubscriberBufferBytes: cfg.SubscriberBufferBytes}
 	var (
 		engine     orchestrator.Engine
 		stopEngine func()
@@ -322,7 +352,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer bus.Close()
 	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(engine, cfg.Engine.Workers))
 	lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx),
-		lifecycle.WithWorkflowLog(engine, cfg.EventLogPoll)))
+		lifecycle.WithWorkflowLog(engine, cfg.EventLogPoll),
+		lifecycle.WithStreamLimits(cfg.MaxStreams, cfg.MaxStreamsPerClient), lifecycle.WithSendTimeout(cfg.SubscriberSendTimeout)))
 	lis := cfg.Listener
 	if lis == nil {
 		if lis, err = srv.Listen(); err != nil {

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -91,5 +94,44 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 				return serve.Run(ctx, cfg)
 			})
 		})
+	}
+}
+
+// TestRunCapsLifecycleStreams checks that Run passes the lifecycle
+// limits to the LifecycleService: with one stream per client, a second
+// Subscribe from the same address is refused at once, naming the flag
+// and the value it was given.
+func TestRunCapsLifecycleStreams(t *testing.T) {
+	dir := t.TempDir()
+	agents := filepath.Join(dir, "agents.yaml")
+	if err := os.WriteFile(agents, []byte("agents:\n  - id: a\n    operator: 127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := serve.Config{Server: grpcserver.Config{Dev: true, ShutdownTimeout: time.Second}, Log: harness.Quiet(),
+		Agents: agents, State: grpcclient.Config{Target: "127.0.0.1:1"}, DataDir: filepath.Join(dir, "data"),
+		MaxStreamsPerClient: 1}
+	addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		cfg := cfg
+		cfg.Listener = lis
+		return serve.Run(ctx, cfg)
+	})
+	client := lifecyclev1.NewLifecycleServiceClient(harness.Dial(t, addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := client.Subscribe(ctx, &lifecyclev1.SubscribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, err := first.Header(); md == nil || err != nil {
+		t.Fatalf("the first stream: headers %v, %v; want it subscribed", md, err)
+	}
+	second, err := client.Subscribe(ctx, &lifecyclev1.SubscribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = second.Recv()
+	want := "(--lifecycle-max-streams-per-client=1)"
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), want) {
+		t.Fatalf("the second stream: %v; want RESOURCE_EXHAUSTED naming %s", err, want)
 	}
 }

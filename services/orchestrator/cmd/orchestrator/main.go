@@ -24,6 +24,7 @@ import (
 	"github.com/secbear/neuron/pkg/flagenv"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/logging"
 	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/orchestrator/journal"
@@ -76,7 +77,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Uint64Var(&cfg.Engine.MaxSteps, "max-steps", orchestrator.DefaultMaxSteps, "most operator calls one workflow may make")
 	fs.IntVar(&cfg.Engine.Workers, "workers", orchestrator.DefaultWorkers, "DispatchMany's concurrency when the request names none")
 	fs.IntVar(&cfg.EventsBuffer, "events-buffer", serve.DefaultEventsBuffer, "lifecycle events kept for subscribers that reconnect with after_sequence")
-	fs.IntVar(&cfg.SubscriberBuffer, "subscriber-buffer", serve.DefaultSubscriberBuffer, "events buffered per subscriber; a slower subscriber misses events (reported as dropped) instead of slowing dispatch")
+	fs.IntVar(&cfg.SubscriberBuffer, lifecycle.FlagSubscriberBuffer, serve.DefaultSubscriberBuffer, "events buffered per lifecycle subscriber; a subscriber that falls further behind is ended (RESOURCE_EXHAUSTED, with the after_sequence to resume from) instead of slowing dispatch")
+	fs.IntVar(&cfg.SubscriberBufferBytes, lifecycle.FlagSubscriberBufferBytes, serve.DefaultSubscriberBufferBytes, "bytes of events (encoded) buffered per lifecycle subscriber; a subscriber that falls further behind is ended like one over --"+lifecycle.FlagSubscriberBuffer)
+	fs.DurationVar(&cfg.SubscriberSendTimeout, lifecycle.FlagSendTimeout, lifecycle.DefaultSendTimeout, "end a lifecycle subscriber whose client has not read an event for this long")
+	fs.IntVar(&cfg.MaxStreams, lifecycle.FlagMaxStreams, lifecycle.DefaultMaxStreams, "most LifecycleService.Subscribe streams open at once; one more is refused (RESOURCE_EXHAUSTED)")
+	fs.IntVar(&cfg.MaxStreamsPerClient, lifecycle.FlagMaxStreamsPerClient, lifecycle.DefaultMaxStreamsPerClient, "most Subscribe streams one client (its principal, else its IP address) may hold open; one more is refused (RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&cfg.EventLogPoll, "event-log-poll", serve.DefaultEventLogPoll, "how often a subscriber of a workflow's event log (after_workflow_sequence) looks for events another replica recorded")
 	fs.StringVar(&cfg.Backend, "backend", serve.BackendBolt, "workflow durability: bolt (a journal in --data-dir; one process) or temporal (workflows on a Temporal cluster; any number of orchestrators)")
 	fs.StringVar(&cfg.Temporal.Address, "temporal-address", "", "Temporal frontend host:port for --backend temporal, e.g. 127.0.0.1:7233")
