@@ -14,6 +14,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -47,6 +48,11 @@ type Config struct {
 	// the servers' default limits). Raise it with the servers'
 	// --max-recv-msg-bytes and --max-send-msg-bytes.
 	MaxMsgBytes int
+	// WaitForReady makes a call to a service that is down or restarting
+	// wait, within the call's deadline, until it is back, instead of
+	// failing UNAVAILABLE at once: for calls between services, where a
+	// peer's restart must not fail the work. Off, a call fails fast.
+	WaitForReady bool
 }
 
 // Defaults.
@@ -54,6 +60,12 @@ const (
 	DefaultTimeout    = 30 * time.Second
 	DefaultMaxRetries = 3
 )
+
+// ReconnectBackoff is how a connection redials a service it lost: from
+// 100 ms, growing 1.6 times per failed attempt to at most 2 s (gRPC's
+// default grows to 2 minutes, so a peer back after a few seconds would be
+// noticed only much later).
+var ReconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}
 
 // HTTP/2 flow-control windows, fixed (the same as grpcserver's): without
 // them grpc-go's bandwidth-delay estimator pings the server after every
@@ -100,7 +112,8 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithStaticStreamWindowSize(streamWindowBytes),
 		grpc.WithStaticConnWindowSize(connWindowBytes),
 		// The servers' limits, not grpc-go's 4 MiB receive default.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size), grpc.WaitForReady(cfg.WaitForReady)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: ReconnectBackoff, MinConnectTimeout: 5 * time.Second}),
 	}
 	if cfg.Dev || cfg.Plaintext {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
@@ -29,6 +31,12 @@ import (
 type GRPCCaller struct {
 	operator, environment grpcclient.Config
 	chain                 []grpc.UnaryClientInterceptor
+	// PeerDownHorizon is how long an operator or environment service may
+	// stay unreachable (down, restarting, refusing connections) before a
+	// call to it fails with a PeerDownError. Until then the call waits for
+	// it to come back and is made again: a restart never uses up an
+	// agent's retry attempts. Zero: DefaultPeerDownHorizon.
+	PeerDownHorizon time.Duration
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -61,12 +69,110 @@ func (c *GRPCCaller) conn(cfg grpcclient.Config, kind, addr string) (*grpc.Clien
 	return cc, nil
 }
 
-// Call implements Caller.
+// DefaultPeerDownHorizon is GRPCCaller.PeerDownHorizon's default.
+const DefaultPeerDownHorizon = 2 * time.Minute
+
+// PeerDownError is an operator call that failed because the service it
+// goes to stayed unreachable past the horizon. It is not retried per the
+// agent's policy: the horizon already waited longer than those retries.
+type PeerDownError struct {
+	Kind, Addr string        // "operator" or "environment", and its address
+	For        time.Duration // how long it was unreachable
+	Err        error         // the last failure
+}
+
+func (e *PeerDownError) Error() string {
+	return fmt.Sprintf("the %s service at %s stayed unreachable for %s (--peer-down-horizon); start it, or raise the horizon, and dispatch again: %v",
+		e.Kind, e.Addr, e.For.Round(time.Millisecond), e.Err)
+}
+
+// Unwrap makes a PeerDownError UNAVAILABLE.
+func (e *PeerDownError) Unwrap() error { return errs.Unavailable }
+
+// unreachable says whether err is the peer being away (no connection, or
+// a service shutting down) rather than an answer of the operator: an
+// UNAVAILABLE that carries no reason. An operator's own retryable failure
+// carries OPERATOR_RETRYABLE.
+func unreachable(err error) bool {
+	return errs.Code(err) == codes.Unavailable && errs.Reason(err) == ""
+}
+
+// Call implements Caller. A service that is unreachable is waited for,
+// up to PeerDownHorizon since it was first found away and within ctx, and
+// the call is made again once it is back.
 func (c *GRPCCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+	horizon := c.PeerDownHorizon
+	if horizon <= 0 {
+		horizon = DefaultPeerDownHorizon
+	}
+	kind, addr := "operator", agent.Operator
+	if agent.Environment != "" {
+		kind, addr = "environment", agent.Environment
+	}
+	var down time.Time // when the service was first found unreachable
+	pause := 50 * time.Millisecond
+	for {
+		cc, out, err := c.call(ctx, agent, in)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return out, err
+		}
+		if down.IsZero() {
+			down = time.Now()
+		}
+		// A pause, so that a service that accepts connections but is
+		// stopping is not called in a tight loop; then its connection.
+		wctx, cancel := context.WithDeadline(ctx, down.Add(horizon))
+		werr := sleep(wctx, pause)
+		if werr == nil {
+			werr = waitReady(wctx, cc)
+		}
+		cancel()
+		pause = min(2*pause, time.Second)
+		switch {
+		case ctx.Err() != nil:
+			return nil, err
+		case werr != nil:
+			return nil, &PeerDownError{Kind: kind, Addr: addr, For: time.Since(down), Err: err}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitReady waits until cc is connected, asking it to connect when idle.
+func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
+	if cc == nil {
+		return errs.Unavailable
+	}
+	for {
+		st := cc.GetState()
+		if st == connectivity.Ready {
+			return nil
+		}
+		if st == connectivity.Idle {
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(ctx, st) {
+			return ctx.Err()
+		}
+	}
+}
+
+// call makes one call to the agent's service.
+func (c *GRPCCaller) call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*grpc.ClientConn, *operatorv1.OperatorOutput, error) {
 	if agent.Environment != "" {
 		cc, err := c.conn(c.environment, "environment", agent.Environment)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		spec := agent.Spec
 		if spec == nil {
@@ -74,22 +180,22 @@ func (c *GRPCCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.Oper
 		}
 		resp, err := environmentv1.NewEnvironmentServiceClient(cc).Run(ctx, &environmentv1.RunRequest{Input: in, Spec: spec})
 		if err != nil {
-			return nil, errs.FromGRPC(err)
+			return cc, nil, errs.FromGRPC(err)
 		}
-		return resp.GetOutput(), nil
+		return cc, resp.GetOutput(), nil
 	}
 	cc, err := c.conn(c.operator, "operator", agent.Operator)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := operatorv1.NewOperatorServiceClient(cc).Execute(ctx, &operatorv1.ExecuteRequest{Input: in})
 	if err != nil {
-		return nil, errs.FromGRPC(err)
+		return cc, nil, errs.FromGRPC(err)
 	}
 	if resp.GetOutput() == nil {
-		return nil, fmt.Errorf("operator %s returned no output: %w", agent.Operator, errs.Internal)
+		return cc, nil, fmt.Errorf("operator %s returned no output: %w", agent.Operator, errs.Internal)
 	}
-	return resp.GetOutput(), nil
+	return cc, resp.GetOutput(), nil
 }
 
 // Close closes every connection.

@@ -190,8 +190,14 @@ func stateCall(ctx context.Context, env EffectEnv, op string, call func(ctx cont
 	return false, fmt.Sprintf("state %s refused: %s", op, errs.ToStatus(err).Message()), nil
 }
 
-// Retryable says whether a retry may fix an operator failure.
+// Retryable says whether a retry may fix an operator failure. A service
+// that stayed unreachable past its horizon (PeerDownError) is not: the
+// caller already waited for it longer than the agent's retries would.
 func Retryable(err error) bool {
+	var down *PeerDownError
+	if errors.As(err, &down) {
+		return false
+	}
 	if errs.Reason(err) == errs.ReasonRetryable {
 		return true
 	}

@@ -96,6 +96,11 @@ type Config struct {
 	// agents' operator and environment services (--operator-ca, ...,
 	// --environment-token-file); the addresses come from the registry.
 	Operator, Environment grpcclient.Config
+	// PeerDownHorizon is how long an operator or environment service may
+	// stay unreachable before the calls waiting for it fail
+	// (--peer-down-horizon); until then they wait for it to come back.
+	// Zero: orchestrator.DefaultPeerDownHorizon.
+	PeerDownHorizon time.Duration
 	// Middleware is the remote MiddlewareService at the dispatch boundary
 	// (--middleware-addr, ...); no address: none.
 	Middleware remote.Flags
@@ -289,8 +294,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		log.Info("dispatch middleware", "name", m.Name(), "addr", cfg.Middleware.Client.Target, "fail_open", cfg.Middleware.FailOpen)
 	}
 	caller := orchestrator.NewGRPCCaller(cfg.Operator, cfg.Environment, chain...)
+	caller.PeerDownHorizon = cfg.PeerDownHorizon
 	defer caller.Close()
 
+	// A State service that restarts is waited for within each call's
+	// deadline: effects and kept outputs go on once it is back.
+	cfg.State.WaitForReady = true
 	stateConn, err := grpcclient.Dial(cfg.State)
 	if err != nil {
 		return fmt.Errorf("--state-addr: %w", err)

@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.Temporal.Namespace, "temporal-namespace", serve.DefaultTemporalNS, "Temporal namespace of the workflows")
 	fs.StringVar(&cfg.Temporal.TaskQueue, "temporal-task-queue", temporal.DefaultTaskQueue, "Temporal task queue the workers poll; every orchestrator of one deployment uses the same")
 	fs.DurationVar(&cfg.Temporal.HeartbeatTimeout, "temporal-heartbeat-timeout", temporal.DefaultHeartbeatTimeout, "how soon an operator call whose worker died is tried again by another worker")
+	fs.DurationVar(&cfg.PeerDownHorizon, "peer-down-horizon", orchestrator.DefaultPeerDownHorizon, "how long an operator or environment service may stay unreachable (restarting) before the calls waiting for it fail; a restart within it fails nothing")
 	fs.DurationVar(&cfg.Engine.CallTimeout, "call-timeout", orchestrator.DefaultCallTimeout, "longest one operator call attempt may take (the Dispatch caller's deadline applies too)")
 	fs.StringVar(&cfg.Temporal.APIKeyFile, "temporal-api-key-file", "", "file holding a Temporal API key (Temporal Cloud)")
 	fs.StringVar(&tls.CAFile, "temporal-ca", "", "CA bundle that signed the Temporal frontend's certificate (empty: the system roots)")
