@@ -153,8 +153,8 @@ func consult[R verdictResponse](ctx context.Context, m *Middleware, at point, ca
 	defer cancel()
 	resp, err := call(cctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return zero, proceed, fmt.Errorf("waiting for middleware %q: %w", m.name, ctx.Err())
+		if err := gaveUp(ctx); err != nil {
+			return zero, proceed, fmt.Errorf("waiting for middleware %q: %w", m.name, err)
 		}
 		return zero, proceed, m.failed(ctx, at, "it answered "+status.Code(err).String(), err)
 	}
@@ -170,6 +170,23 @@ func consult[R verdictResponse](ctx context.Context, m *Middleware, at point, ca
 	default:
 		return zero, proceed, m.failed(ctx, at, fmt.Sprintf("unknown verdict kind %d", v.GetKind()), nil)
 	}
+}
+
+// gaveUp returns why the caller's ctx has ended, or nil while it has not.
+// A deadline that has passed by the clock counts even before ctx says so:
+// the caller's deadline also bounds the middleware call, and the
+// middleware's server, timing the same deadline, may end that call (its
+// status then DEADLINE_EXCEEDED) a moment before ctx's own timer has run;
+// that is the caller giving up, not the middleware failing (gRPC reads a
+// cancellation past the deadline the same way).
+func gaveUp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // modified logs a MODIFY that is being applied.
