@@ -24,6 +24,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/sandbox"
 )
@@ -38,32 +39,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// buildOperator builds the real binary once per test run.
+// buildOperator is the real binary: the one make test built before any
+// test's clock started (internal/testenv.PrebuiltEnv), else built once.
 func buildOperator(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "operator-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "operator")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building the operator: %v", buildErr)
-	}
-	return binPath
+	return testenv.BuildStatic(t, "github.com/secbear/neuron/services/operator/cmd/operator")
 }
 
 func freeAddr(t *testing.T) string {
