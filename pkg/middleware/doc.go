@@ -29,6 +29,19 @@
 // BudgetPolicy deciding after each call, the GRPCCaller the chain is
 // installed on, and serve.Run, which builds the chain.
 //
+// # Tests
+//
+// One suite, internal/boundarytest, checks the remote middleware at every
+// boundary the same way (verdicts CONTINUE, HALT and MODIFY before and
+// after, MODIFY without a replacement, fail-open and fail-closed when the
+// middleware is down, unreachable or slow, the caller's deadline,
+// subscriptions, calls the boundary does not see, the codes of each):
+// the tests of dispatch, store and exec each run it through their call
+// shapes, against the chain their service installs. What only one
+// boundary has (the budget, the audit records, a halted exec output's
+// metadata, a halted Delete) is tested in that boundary's package;
+// remote's own tests cover New, Describe, Flags and Dial.
+//
 // Not here: the general server interceptors every service runs (calllog,
 // errmap, auth) are in pkg/interceptor, assembled by pkg/grpcserver; the
 // operator's in-loop hooks (pre/post inference and tool use, exit check)

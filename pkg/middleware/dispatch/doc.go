@@ -19,7 +19,7 @@
 // Input, Output and SetOutput say which calls are dispatches and where
 // their input and output are, for every interceptor of the boundary.
 //
-// Its tests run the family's shared suite (pkg/middleware/boundarytest)
+// Its tests run the family's shared suite (pkg/middleware/internal/boundarytest)
 // through Execute and Run, and test the budget and the audit record with a
 // fake invoker.
 package dispatch

@@ -14,6 +14,6 @@
 // remote.Middleware.ExecServerInterceptors (pkg/middleware/remote), on the
 // operator service and the environment service.
 //
-// Its tests run the family's shared suite (pkg/middleware/boundarytest)
+// Its tests run the family's shared suite (pkg/middleware/internal/boundarytest)
 // through Execute, Run and ExecuteStream.
 package exec

@@ -55,4 +55,11 @@
 //
 // Flags binds --middleware-addr (the client flags of pkg/grpcclient) and
 // --middleware-fail-open; Dial returns nil when no address is set.
+//
+// # Tests
+//
+// What the interceptors do at each boundary is tested by the tests of
+// pkg/middleware/dispatch, store and exec, which run the boundaries'
+// shared suite (pkg/middleware/internal/boundarytest); this package's own
+// tests cover New (Describe, subscriptions), Flags and Dial.
 package remote

@@ -1,320 +1,173 @@
-package remote
+package remote_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
+	"errors"
+	"flag"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
-	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	middlewarev1 "github.com/secbear/neuron/gen/layer0/middleware/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
-	"github.com/secbear/neuron/pkg/content"
-	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/middleware/internal/boundarytest"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 )
 
-// policy is the remote middleware of the tests: a real MiddlewareService
-// with fixed rules, keyed on the text of inputs and outputs and on store
-// keys and values.
-//
-//	dispatch/exec before: "forbidden" -> HALT; "rewrite me" -> MODIFY to
-//	  "rewritten"; "broken" -> MODIFY without an input; else CONTINUE
-//	  (sent as an unset verdict, which means CONTINUE).
-//	dispatch/exec after: output "secret answer" -> MODIFY to "[redacted]";
-//	  output "leak" -> HALT.
-//	store before: key "forbidden" -> HALT; a written string holding
-//	  "hunter2" -> MODIFY to "[redacted]".
-//	store after: READ of "card" -> MODIFY to "****"; READ of "hidden" -> HALT.
-type policy struct {
-	middlewarev1.UnimplementedMiddlewareServiceServer
-	name string
-	subs []*middlewarev1.Subscription // nil: all six
-	slow bool                         // Intercept* answers only when the caller gives up
-
-	mu    sync.Mutex
-	calls map[point]int
-}
-
-const haltReason = "no forbidden things"
-
-func (p *policy) Describe(context.Context, *middlewarev1.DescribeRequest) (*middlewarev1.DescribeResponse, error) {
-	subs := p.subs
-	if subs == nil {
-		for _, b := range []middlewarev1.Boundary{dispatchBoundary, storeBoundary, execBoundary} {
-			subs = append(subs, &middlewarev1.Subscription{Boundary: b, Phase: before}, &middlewarev1.Subscription{Boundary: b, Phase: after})
-		}
-	}
-	return &middlewarev1.DescribeResponse{Name: p.name, Subscriptions: subs}, nil
-}
-
-func (p *policy) count(ctx context.Context, b middlewarev1.Boundary, ph middlewarev1.Phase) error {
-	p.mu.Lock()
-	if p.calls == nil {
-		p.calls = map[point]int{}
-	}
-	p.calls[point{b, ph}]++
-	p.mu.Unlock()
-	if p.slow {
-		<-ctx.Done() // the caller's deadline, propagated by gRPC
-		return status.Error(codes.DeadlineExceeded, "too slow")
-	}
-	return nil
-}
-
-func (p *policy) callsAt(b middlewarev1.Boundary, ph middlewarev1.Phase) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls[point{b, ph}]
-}
+// What the middleware does at each boundary (verdicts, failures,
+// deadlines, subscriptions) is the boundaries' shared suite
+// (internal/boundarytest), run by the tests of pkg/middleware/dispatch,
+// store and exec. These are the tests of starting one.
 
 var (
-	haltVerdict   = &middlewarev1.Verdict{Kind: middlewarev1.VerdictKind_VERDICT_KIND_HALT, Reason: haltReason}
-	modifyVerdict = &middlewarev1.Verdict{Kind: middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, Reason: "rewritten by policy"}
+	before = middlewarev1.Phase_PHASE_BEFORE
+	after  = middlewarev1.Phase_PHASE_AFTER
 )
 
-// inputVerdict and outputVerdict are the dispatch and exec rules.
-func inputVerdict(in *operatorv1.OperatorInput) (*middlewarev1.Verdict, *operatorv1.OperatorInput) {
-	switch content.TextOf(in.GetMessage()) {
-	case "forbidden":
-		return haltVerdict, nil
-	case "rewrite me":
-		return modifyVerdict, &operatorv1.OperatorInput{Message: content.Text("rewritten"), Dispatch: in.GetDispatch()}
-	case "broken":
-		return modifyVerdict, nil
+func TestNew(t *testing.T) {
+	ctx := context.Background()
+	unreachable := func(t *testing.T) middlewarev1.MiddlewareServiceClient {
+		return middlewarev1.NewMiddlewareServiceClient(boundarytest.Dial(t, boundarytest.ClosedAddr(t)))
 	}
-	return nil, nil
-}
-
-func outputVerdict(out *operatorv1.OperatorOutput) (*middlewarev1.Verdict, *operatorv1.OperatorOutput) {
-	switch content.TextOf(out.GetMessage()) {
-	case "secret answer":
-		return modifyVerdict, &operatorv1.OperatorOutput{Message: content.Text("[redacted]"), ExitReason: out.GetExitReason()}
-	case "leak":
-		return haltVerdict, nil
-	}
-	return nil, nil
-}
-
-func (p *policy) InterceptDispatch(ctx context.Context, r *middlewarev1.InterceptDispatchRequest) (*middlewarev1.InterceptDispatchResponse, error) {
-	if err := p.count(ctx, dispatchBoundary, r.GetPhase()); err != nil {
-		return nil, err
-	}
-	if r.GetPhase() == before {
-		v, in := inputVerdict(r.GetInput())
-		return &middlewarev1.InterceptDispatchResponse{Verdict: v, Input: in}, nil
-	}
-	v, out := outputVerdict(r.GetOutput())
-	return &middlewarev1.InterceptDispatchResponse{Verdict: v, Output: out}, nil
-}
-
-func (p *policy) InterceptExec(ctx context.Context, r *middlewarev1.InterceptExecRequest) (*middlewarev1.InterceptExecResponse, error) {
-	if err := p.count(ctx, execBoundary, r.GetPhase()); err != nil {
-		return nil, err
-	}
-	if r.GetPhase() == before {
-		v, in := inputVerdict(r.GetInput())
-		return &middlewarev1.InterceptExecResponse{Verdict: v, Input: in}, nil
-	}
-	v, out := outputVerdict(r.GetOutput())
-	return &middlewarev1.InterceptExecResponse{Verdict: v, Output: out}, nil
-}
-
-func (p *policy) InterceptStore(ctx context.Context, r *middlewarev1.InterceptStoreRequest) (*middlewarev1.InterceptStoreResponse, error) {
-	if err := p.count(ctx, storeBoundary, r.GetPhase()); err != nil {
-		return nil, err
-	}
-	read := r.GetOperation() == middlewarev1.StoreOperation_STORE_OPERATION_READ
-	switch {
-	case r.GetPhase() == before && r.GetKey() == "forbidden":
-		return &middlewarev1.InterceptStoreResponse{Verdict: haltVerdict}, nil
-	case r.GetPhase() == before && r.GetOperation() == middlewarev1.StoreOperation_STORE_OPERATION_WRITE &&
-		strings.Contains(r.GetValue().GetStringValue(), "hunter2"):
-		return &middlewarev1.InterceptStoreResponse{Verdict: modifyVerdict, Value: structpb.NewStringValue("[redacted]")}, nil
-	case r.GetPhase() == after && read && r.GetKey() == "card":
-		return &middlewarev1.InterceptStoreResponse{Verdict: modifyVerdict, Value: structpb.NewStringValue("****")}, nil
-	case r.GetPhase() == after && read && r.GetKey() == "hidden":
-		return &middlewarev1.InterceptStoreResponse{Verdict: haltVerdict}, nil
-	}
-	return &middlewarev1.InterceptStoreResponse{Verdict: &middlewarev1.Verdict{Kind: middlewarev1.VerdictKind_VERDICT_KIND_CONTINUE}}, nil
-}
-
-// agent is a fake OperatorService and EnvironmentService that records the
-// inputs it received and answers: "tell secret" -> "secret answer",
-// "leak please" -> "leak", anything else -> "echo: <text>". Its outputs
-// carry an effect and 42 input tokens.
-type agent struct {
-	operatorv1.UnimplementedOperatorServiceServer
-	environmentv1.UnimplementedEnvironmentServiceServer
-
-	mu       sync.Mutex
-	received []string
-}
-
-func (a *agent) run(in *operatorv1.OperatorInput) *operatorv1.OperatorOutput {
-	text := content.TextOf(in.GetMessage())
-	a.mu.Lock()
-	a.received = append(a.received, text)
-	a.mu.Unlock()
-	answer := "echo: " + text
-	switch text {
-	case "tell secret":
-		answer = "secret answer"
-	case "leak please":
-		answer = "leak"
-	}
-	return &operatorv1.OperatorOutput{
-		Message:    content.Text(answer),
-		ExitReason: &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_COMPLETE},
-		Metadata:   &operatorv1.OperatorMetadata{TokensIn: 42},
-		Effects:    []*typesv1.Effect{{IdempotencyKey: "d/0", Kind: &typesv1.Effect_Log{Log: &typesv1.LogEffect{}}}},
-	}
-}
-
-func (a *agent) Execute(_ context.Context, r *operatorv1.ExecuteRequest) (*operatorv1.ExecuteResponse, error) {
-	return &operatorv1.ExecuteResponse{Output: a.run(r.GetInput())}, nil
-}
-
-func (a *agent) Run(_ context.Context, r *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
-	return &environmentv1.RunResponse{Output: a.run(r.GetInput()), Backend: "fake"}, nil
-}
-
-func (a *agent) ExecuteStream(r *operatorv1.ExecuteStreamRequest, s operatorv1.OperatorService_ExecuteStreamServer) error {
-	out := a.run(r.GetInput())
-	if err := s.Send(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_TextDelta{
-		TextDelta: &operatorv1.TextDelta{Turn: 1, Text: content.TextOf(out.GetMessage())},
-	}}); err != nil {
-		return err
-	}
-	return s.Send(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_Output{Output: out}})
-}
-
-// got returns the inputs received so far.
-func (a *agent) got() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.received...)
-}
-
-// listen serves register's services on a fresh 127.0.0.1 port with a
-// bare gRPC server. It returns the server (to stop it early) and its
-// address.
-func listen(t *testing.T, register func(*grpc.Server)) (*grpc.Server, string) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	register(s)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return s, lis.Addr().String()
-}
-
-// serveStandard serves register's services behind the standard chain of
-// pkg/grpcserver (dev mode) with the given service interceptors.
-func serveStandard(t *testing.T, register func(grpc.ServiceRegistrar), u []grpc.UnaryServerInterceptor, s []grpc.StreamServerInterceptor) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Name: "test", Addr: "127.0.0.1:0", Dev: true}, nil, grpcserver.WithInterceptors(u, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(srv)
-	lis, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String()
-}
-
-// dial returns a plaintext connection to addr.
-func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-// startPolicy serves p and returns a Middleware consulting it.
-func startPolicy(t *testing.T, p *policy, cfg Config) *Middleware {
-	t.Helper()
-	_, addr := listen(t, func(s *grpc.Server) { middlewarev1.RegisterMiddlewareServiceServer(s, p) })
-	m, err := New(context.Background(), middlewarev1.NewMiddlewareServiceClient(dial(t, addr)), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// closedAddr is a 127.0.0.1 address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
-
-// syncBuffer is a log sink safe for concurrent writers and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func logTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
-
-// input is an OperatorInput with text, dispatched to agent-7.
-func input(text string) *operatorv1.OperatorInput {
-	return &operatorv1.OperatorInput{Message: content.Text(text), Dispatch: &operatorv1.DispatchContext{AgentId: "agent-7"}}
-}
-
-// wantStatus fails unless err has code and (if non-empty) contains every
-// fragment.
-func wantStatus(t *testing.T, err error, code codes.Code, fragments ...string) {
-	t.Helper()
-	st := status.Convert(err)
-	if st.Code() != code {
-		t.Fatalf("code %v (%q), want %v", st.Code(), st.Message(), code)
-	}
-	for _, f := range fragments {
-		if !strings.Contains(st.Message(), f) {
-			t.Errorf("message %q lacks %q", st.Message(), f)
+	t.Run("Describe unreachable, fail-closed: an error", func(t *testing.T) {
+		_, err := remote.New(ctx, unreachable(t), remote.Config{Timeout: boundarytest.Quick})
+		if !errors.Is(err, errs.Unavailable) || !strings.Contains(err.Error(), "Describe") {
+			t.Fatalf("got %v", err)
 		}
+	})
+	t.Run("Describe slow, fail-closed: an error in time", func(t *testing.T) {
+		_, client := boundarytest.ServePolicy(t, boundarytest.BlockedDescribe{})
+		start := time.Now()
+		_, err := remote.New(ctx, client, remote.Config{Timeout: boundarytest.Quick})
+		if !errors.Is(err, errs.Unavailable) || time.Since(start) > boundarytest.Within {
+			t.Fatalf("got %v after %v", err, time.Since(start))
+		}
+	})
+	t.Run("Describe unreachable, fail-open: everything is sent", func(t *testing.T) {
+		m, err := remote.New(ctx, unreachable(t), remote.Config{Timeout: boundarytest.Quick, FailOpen: true})
+		if err != nil || m.Name() == "" {
+			t.Fatalf("got %v, %v", m, err)
+		}
+		for _, b := range boundarytest.Boundaries {
+			for _, ph := range boundarytest.Phases {
+				if !m.Wants(b, ph) {
+					t.Errorf("%v %v not sent", b, ph)
+				}
+			}
+		}
+	})
+	t.Run("only what Describe lists is sent", func(t *testing.T) {
+		p := &boundarytest.Policy{Name: "p", Subs: []*middlewarev1.Subscription{{Boundary: middlewarev1.Boundary_BOUNDARY_STORE, Phase: after}}}
+		m := boundarytest.StartPolicy(t, p, remote.Config{})
+		for _, b := range boundarytest.Boundaries {
+			for _, ph := range boundarytest.Phases {
+				if want := b == middlewarev1.Boundary_BOUNDARY_STORE && ph == after; m.Wants(b, ph) != want {
+					t.Errorf("%v %v sent: %v, want %v", b, ph, !want, want)
+				}
+			}
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		subs []*middlewarev1.Subscription
+	}{
+		{"no subscriptions", []*middlewarev1.Subscription{}},
+		{"unspecified phase", []*middlewarev1.Subscription{{Boundary: middlewarev1.Boundary_BOUNDARY_STORE}}},
+		{"unknown boundary", []*middlewarev1.Subscription{{Boundary: 9, Phase: before}}},
+	} {
+		t.Run(tt.name+": an error", func(t *testing.T) {
+			_, client := boundarytest.ServePolicy(t, &boundarytest.Policy{Name: "bad", Subs: tt.subs})
+			if _, err := remote.New(ctx, client, remote.Config{FailOpen: true}); err == nil {
+				t.Fatal("accepted")
+			}
+		})
 	}
 }
 
-func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+func TestFlagsAndDial(t *testing.T) {
+	ctx := context.Background()
+	var f remote.Flags
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	f.Bind(fs)
+	if f.Client.Timeout != remote.DefaultTimeout {
+		t.Errorf("default timeout %v", f.Client.Timeout)
+	}
+	m, closeFn, err := remote.Dial(ctx, f, nil)
+	if m != nil || err != nil || closeFn == nil {
+		t.Fatalf("no address: got %v, %v", m, err)
+	}
+	closeFn()
+
+	_, addr := boundarytest.Listen(t, func(s *grpc.Server) {
+		middlewarev1.RegisterMiddlewareServiceServer(s, &boundarytest.Policy{Name: "dialed"})
+	})
+	if err := fs.Parse([]string{"--middleware-addr", addr, "--middleware-timeout", "300ms", "--middleware-fail-open"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.Client.Target != addr || f.Client.Timeout != 300*time.Millisecond || !f.FailOpen {
+		t.Fatalf("flags not bound: %+v", f)
+	}
+	f.Client.Dev = true
+	m, closeFn, err = remote.Dial(ctx, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if timeout, failOpen := m.Settings(); m.Name() != "dialed" || timeout != 300*time.Millisecond || !failOpen {
+		t.Fatalf("Dial: name %q timeout %v failOpen %v", m.Name(), timeout, failOpen)
+	}
+
+	f.FailOpen = false
+	f.Client.Target = boundarytest.ClosedAddr(t)
+	if _, _, err := remote.Dial(ctx, f, nil); !errors.Is(err, errs.Unavailable) || !strings.Contains(err.Error(), f.Client.Target) {
+		t.Fatalf("unreachable middleware, fail-closed: %v", err)
+	}
+}
+
+// lateContext has a deadline that has passed by the clock while its own
+// timer has not run yet (Err is nil): the moment a middleware's server,
+// timing the same deadline, may already have ended the call.
+type lateContext struct{ context.Context }
+
+func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// expiredMiddleware answers Describe, and every Intercept call with
+// DEADLINE_EXCEEDED, as a server whose deadline passed.
+type expiredMiddleware struct {
+	middlewarev1.MiddlewareServiceClient
+}
+
+func (expiredMiddleware) Describe(context.Context, *middlewarev1.DescribeRequest, ...grpc.CallOption) (*middlewarev1.DescribeResponse, error) {
+	return &middlewarev1.DescribeResponse{Name: "late", Subscriptions: boundarytest.Subscribe(boundarytest.Boundaries...)}, nil
+}
+
+func (expiredMiddleware) InterceptDispatch(context.Context, *middlewarev1.InterceptDispatchRequest, ...grpc.CallOption) (*middlewarev1.InterceptDispatchResponse, error) {
+	return nil, status.Error(codes.DeadlineExceeded, "deadline exceeded")
+}
+
+// TestDeadlinePassedIsTheCallerGivingUp: a middleware call that fails once
+// the caller's deadline has passed is the caller giving up, even before
+// the caller's context says so: DEADLINE_EXCEEDED, and fail-open does not
+// let the call proceed.
+func TestDeadlinePassedIsTheCallerGivingUp(t *testing.T) {
+	m, err := remote.New(context.Background(), expiredMiddleware{}, remote.Config{FailOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	invoked := false
+	err = m.DispatchClientInterceptor()(lateContext{context.Background()}, "/layer0.operator.v1.OperatorService/Execute",
+		&operatorv1.ExecuteRequest{Input: boundarytest.Input(boundarytest.Continue)}, &operatorv1.ExecuteResponse{}, nil,
+		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			invoked = true
+			return nil
+		})
+	boundarytest.WantStatus(t, err, codes.DeadlineExceeded)
+	if invoked {
+		t.Fatal("the agent was called after the caller's deadline")
+	}
+}

@@ -17,7 +17,7 @@
 // is told about each (InterceptStoreRequest's operation, scope, key and
 // value).
 //
-// Its tests run the family's shared suite (pkg/middleware/boundarytest)
+// Its tests run the family's shared suite (pkg/middleware/internal/boundarytest)
 // against a real state server (memory backend) behind the standard chain,
 // and test the audit record with a fake handler.
 package store
