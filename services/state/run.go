@@ -40,10 +40,11 @@ const (
 	BackendMemory = "memory"
 )
 
-// StoreMiddleware is a policy middleware in front of the StateService:
-// *remote.Middleware of pkg/middleware/remote. (Run takes it dialled,
-// rather than dialling it from remote.Flags, because the tests of
-// pkg/middleware/remote serve this package: it cannot import that one.)
+// StoreMiddleware is a policy middleware in front of the StateService, at
+// the Middleware protocol's store boundary: *remote.Middleware of
+// pkg/middleware/remote. Run takes it dialled: the binary dials it from
+// its --middleware-* flags (remote.Dial), and the store boundary's tests
+// (pkg/middleware/store) pass the one they start.
 type StoreMiddleware interface {
 	// StoreServerInterceptor is applied to every call of the service.
 	StoreServerInterceptor() grpc.UnaryServerInterceptor

@@ -66,8 +66,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Log = log
 	// The policy middleware, when configured: unreachable and fail-closed,
 	// start-up fails rather than serve without the policy. It is dialled
-	// here because package state cannot import pkg/middleware/remote (whose
-	// tests serve state); state.Run puts it outside the audit log.
+	// here and closed after state.Run returns (Config.Middleware takes it
+	// dialled); state.Run puts it outside the audit log.
 	mwFlags.Client.Dev, mwFlags.Client.Plaintext = cfg.Server.Dev, cfg.Server.Plaintext
 	mw, closeMW, err := remote.Dial(ctx, mwFlags, log)
 	if err != nil {
