@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/boltcheck"
 	"github.com/secbear/neuron/pkg/errs"
 )
 
@@ -59,11 +60,24 @@ const (
 // file when it is missing, unreadable or behind. It waits up to the lock
 // timeout (WithLockTimeout, default 1s) for another process to release
 // the file and then fails with an error wrapping ErrLocked.
+//
+// A damaged file (cut short, both meta pages invalid, a page overwritten)
+// is refused with an error wrapping boltcheck.ErrDamaged that says what
+// to do, before bbolt maps it; one invalid meta page is logged at ERROR
+// and the file opened at the other (see pkg/boltcheck and the README).
 func OpenBolt(path string, opts ...Option) (*Bolt, error) {
 	o := applyOptions(opts)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open state database: %w", err)
 	}
+	checked, err := boltcheck.Check(path, o.lockTimeout)
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open state database %s: %w (waited %s)", path, ErrLocked, o.lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	checked.Log(o.logger, path)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.lockTimeout})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("open state database %s: %w (waited %s)", path, ErrLocked, o.lockTimeout)
