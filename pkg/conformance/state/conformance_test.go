@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"net"
 	"os"
@@ -12,12 +13,11 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/internal/harness"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/interceptor/auth"
-	"github.com/secbear/neuron/pkg/middleware/store"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -92,19 +92,24 @@ func remoteTarget(t *testing.T) conformance.Target {
 func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 	dir := t.TempDir()
 	readerTok := writeToken(t, dir, "reader.tok", "reader-token-0123456789abcdef")
-	policy, err := auth.NewPolicy([]auth.Principal{
+	principals := []auth.Principal{
 		{Name: "orchestrator", Tokens: []string{"writer-token-0123456789abcdef"}, Allow: []string{"*"}},
 		{Name: "operator", Tokens: []string{"reader-token-0123456789abcdef"}, Allow: []string{
 			"/layer0.state.v1.StateService/Read",
 			"/layer0.state.v1.StateService/List",
 			"/layer0.state.v1.StateService/Search",
 		}},
-	})
+	}
+	policy, err := json.Marshal(map[string]any{"principals": principals})
 	if err != nil {
 		t.Fatal(err)
 	}
+	policyFile := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	devAddr := serve(t, grpcserver.Config{Name: "state", Dev: true}, store)
-	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true}, store, grpcserver.WithPolicy(policy))
+	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true, AuthPolicy: policyFile}, store)
 
 	target := conformance.Target{
 		Conn:          dial(t, grpcclient.Config{Target: devAddr, Dev: true}),
@@ -118,30 +123,13 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 	return target
 }
 
-// serve runs the state service on a loopback port like cmd/state does
-// (standard chain plus the audit interceptor) until the test ends.
-func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend, opts ...grpcserver.Option) string {
+// serve runs the state service over backend as its binary starts it
+// (state.Run: the standard chain, the audit log) until the test ends.
+func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend) string {
 	t.Helper()
-	opts = append(opts, grpcserver.WithInterceptors([]grpc.UnaryServerInterceptor{store.AuditInterceptor(nil)}, nil))
-	srv, err := grpcserver.New(cfg, nil, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	statev1.RegisterStateServiceServer(srv, state.NewServer(backend))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+	return harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend})
 	})
-	return lis.Addr().String()
 }
 
 func dial(t *testing.T, cfg grpcclient.Config) *grpc.ClientConn {
