@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/services/operator/provider/providers"
 )
 
-const upHelp = `Start the four services as child processes, each a real gRPC server on
+// upHelp is the help of `neuron up`.
+func upHelp() string {
+	return `Start the four services as child processes, each a real gRPC server on
 its own port in dev mode (no TLS, no auth): state, operator, environment
 and orchestrator, from the binaries beside neuron (make build puts them in
 bin/). Each keeps its data under --data-dir/<service> and logs to
@@ -25,7 +28,7 @@ researcher) is written to --data-dir/agents.yaml.
 Agents run in the environment service's process sandbox (Landlock,
 namespaces, a cgroup: one fresh operator process per call) when this host
 supports it, else on the operator service directly (--isolation). With
-ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL set,
+` + providers.EnableVars() + ` set,
 the operator uses that model and agents run on it directly (neuron up does
 not hand keys to the sandbox); without, the built-in scripted model
 answers from per-agent scripts in the registry, and says so.
@@ -37,6 +40,7 @@ serving; --demo-exit stops afterwards (its exit code is the demo's).
 Ctrl-C or SIGTERM stops the services (SIGTERM, then SIGKILL after
 --stop-timeout) and exits 0. A service that dies is reported with the end
 of its log, the others are stopped, and neuron exits 1.`
+}
 
 // The services of `neuron up`, in start order.
 var serviceNames = []string{"state", "operator", "environment", "orchestrator"}
@@ -46,8 +50,8 @@ var serviceNames = []string{"state", "operator", "environment", "orchestrator"}
 var stopTiers = [][]string{{"orchestrator"}, {"operator", "environment"}, {"state"}}
 
 // modelEnv are the variables that configure a real model, in the
-// operator's order of preference.
-var modelEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_BASE_URL"}
+// operator's order of preference (providers.ModelVars).
+var modelEnv = providers.ModelVars()
 
 // upFlags are the flags of `neuron up`.
 type upFlags struct {
@@ -76,7 +80,7 @@ type up struct {
 // cmdUp is `neuron up`.
 func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	f := upFlags{addrs: map[string]*string{}}
-	fs := newFlagSet("up", "neuron up [flags]", upHelp, c.stdout)
+	fs := newFlagSet("up", "neuron up [flags]", upHelp(), c.stdout)
 	self, _ := os.Executable()
 	fs.StringVar(&f.binDir, "bin-dir", filepath.Dir(self), "directory of the service binaries (state, operator, environment, orchestrator)")
 	fs.StringVar(&f.dataDir, "data-dir", ".data", "directory for the services' data, logs and the agent registry")
@@ -87,7 +91,13 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 		f.addrs[name] = fs.String(name+"-addr", def, "address the "+name+" serves on")
 	}
 	fs.StringVar(&f.isolation, "isolation", "auto", "where agents run: auto (the process sandbox when the host supports it and the model is scripted), process (the sandbox, or fail), none (the operator service directly; needed for --session)")
-	fs.StringVar(&f.model, "model", "", "model for the operator when a real one is configured (required with OPENAI_BASE_URL alone, e.g. llama3.2)")
+	var nameModel []string // variables whose provider has no default model
+	for _, d := range providers.All() {
+		if d.DefaultModel == "" {
+			nameModel = append(nameModel, d.EnableVar())
+		}
+	}
+	fs.StringVar(&f.model, "model", "", "model for the operator when a real one is configured (required with "+strings.Join(nameModel, " or ")+" alone, e.g. llama3.2)")
 	fs.BoolVar(&f.demo, "demo", false, "run the sample workflow once everything is SERVING, then keep serving")
 	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
 	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
@@ -128,10 +138,10 @@ func (c *cli) planUp(f upFlags) (*up, error) {
 		}
 	}
 	if u.modelVar == "" && f.model != "" && f.model != "scripted" {
-		return nil, usageErrorf("up", "--model %s needs a model provider: set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL", f.model)
+		return nil, usageErrorf("up", "--model %s needs a model provider: set %s", f.model, providers.EnableVars())
 	}
-	if u.modelVar == "OPENAI_BASE_URL" && f.model == "" {
-		return nil, usageErrorf("up", "OPENAI_BASE_URL is set: name the model its server serves with --model (e.g. --model llama3.2)")
+	if d, ok := providers.EnabledBy(u.modelVar); ok && d.DefaultModel == "" && f.model == "" {
+		return nil, usageErrorf("up", "%s is set: name the model its server serves with --model (e.g. --model llama3.2)", u.modelVar)
 	}
 	sandboxErr := sandbox.Supported()
 	if sandboxErr == nil {
@@ -359,8 +369,8 @@ func (u *up) printReady() {
 	fmt.Fprintf(u.out, "agents    assistant, researcher (registry %s)\n", u.shown("agents.yaml"))
 	fmt.Fprintf(u.out, "route     agents run %s\n", u.routeWhy)
 	if u.modelVar == "" {
-		fmt.Fprintf(u.out, "model     SCRIPTED: none of ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL is set, so the built-in scripted model answers\n"+
-			"          from the scripts in %s: the answers are scripted, NOT a language model's\n", u.shown("agents.yaml"))
+		fmt.Fprintf(u.out, "model     SCRIPTED: none of %s is set, so the built-in scripted model answers\n"+
+			"          from the scripts in %s: the answers are scripted, NOT a language model's\n", providers.EnableVars(), u.shown("agents.yaml"))
 	} else {
 		m := u.f.model
 		if m == "" {

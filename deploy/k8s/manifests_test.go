@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/secbear/neuron/internal/testenv"
+	"github.com/secbear/neuron/services/operator/provider/providers"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
@@ -408,11 +409,17 @@ func TestConfig(t *testing.T) {
 
 // checkOtherEnv: only the operator has variables outside its prefix: the
 // model API keys, each from the Secret neuron-provider-keys, optional.
+// They are the first key variable of every provider of providers.All, so
+// a provider added there and not to the Deployment fails here.
 func checkOtherEnv(t *testing.T, s svc, c corev1.Container, other map[string]string) {
 	t.Helper()
 	want := map[string]bool{}
 	if s.name == "operator" {
-		want = map[string]bool{"ANTHROPIC_API_KEY": true, "OPENAI_API_KEY": true, "GEMINI_API_KEY": true}
+		for _, d := range providers.All() {
+			if len(d.KeyEnv) > 0 {
+				want[d.KeyEnv[0]] = true
+			}
+		}
 	}
 	for k := range other {
 		if !want[k] {

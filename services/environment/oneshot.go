@@ -13,6 +13,7 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/operator/provider/providers"
 )
 
 // One-shot exit codes of the operator binary (see operator.RunOneShot).
@@ -73,14 +74,19 @@ func LastLine(b []byte) string {
 // a key, and the proxy replaces this one on the way out.
 const SidecarPlaceholder = "injected-by-the-egress-proxy"
 
-// sidecarHosts maps the model API hosts the operator knows to the
-// environment variables that point its provider at the egress proxy.
-// Plain http:// is right: the request travels over the proxy's Unix
-// socket, and the proxy speaks TLS to the real host.
-var sidecarHosts = map[string][]string{
-	"api.anthropic.com":                 {"ANTHROPIC_BASE_URL=http://api.anthropic.com", "ANTHROPIC_API_KEY=" + SidecarPlaceholder},
-	"api.openai.com":                    {"OPENAI_BASE_URL=http://api.openai.com/v1", "OPENAI_API_KEY=" + SidecarPlaceholder},
-	"generativelanguage.googleapis.com": {"GOOGLE_GEMINI_BASE_URL=http://generativelanguage.googleapis.com", "GEMINI_API_KEY=" + SidecarPlaceholder},
+// sidecarEnv returns the environment variables that point the provider
+// whose public API is at host (providers.All) at the egress proxy, and
+// give it a placeholder key: its base URL variable and its first key
+// variable. Plain http:// is right: the request travels over the proxy's
+// Unix socket, and the proxy speaks TLS to the real host. A host no
+// provider has gets nothing.
+func sidecarEnv(host string) []string {
+	for _, d := range providers.All() {
+		if d.Host != "" && strings.EqualFold(d.Host, host) && len(d.KeyEnv) > 0 {
+			return []string{d.BaseURLEnv + "=http://" + d.Host + d.BasePath, d.KeyEnv[0] + "=" + SidecarPlaceholder}
+		}
+	}
+	return nil
 }
 
 // CredentialEnv returns the environment entries (KEY=VALUE, sorted) the
@@ -95,7 +101,7 @@ func CredentialEnv(creds []Credential) []string {
 		case *environmentv1.CredentialInjection_EnvVar:
 			env = append(env, m.EnvVar.GetVarName()+"="+c.Value)
 		case *environmentv1.CredentialInjection_Sidecar:
-			env = append(env, sidecarHosts[strings.ToLower(m.Sidecar.GetHost())]...)
+			env = append(env, sidecarEnv(m.Sidecar.GetHost())...)
 		}
 	}
 	sort.Strings(env)

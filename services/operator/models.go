@@ -18,45 +18,116 @@ import (
 	"github.com/secbear/neuron/services/operator/provider/gemini"
 	"github.com/secbear/neuron/services/operator/provider/openai"
 	"github.com/secbear/neuron/services/operator/provider/openairesponses"
+	"github.com/secbear/neuron/services/operator/provider/providers"
 	"github.com/secbear/neuron/services/operator/provider/reliable"
 	"github.com/secbear/neuron/services/operator/provider/scripted"
 )
 
-// credentials names what enables each provider, for error messages.
-var credentials = map[string]string{
-	anthropic.Name:        "ANTHROPIC_API_KEY or --anthropic-key-file",
-	openai.Name:           "OPENAI_API_KEY or --openai-key-file",
-	gemini.Name:           "GEMINI_API_KEY or --gemini-key-file",
-	openai.CompatibleName: "OPENAI_BASE_URL or --compatible-base-url",
-}
-
-// defaultModels is the default model per provider, in order of preference
-// when --model is not given.
-var defaultModels = []struct{ provider, model string }{
-	{anthropic.Name, "claude-sonnet-4-5"},
-	{openai.Name, "gpt-4.1-mini"},
-	{gemini.Name, "gemini-2.5-flash"},
-}
-
-// keyFrom reads a key file, else the first env var set.
-func keyFrom(file string, env ...string) (string, error) {
+// keyFrom reads a key file, else the first env var set. It returns the
+// key and where it came from (the flag, or $VARIABLE).
+func keyFrom(d providers.Descriptor, file string, getenv func(string) string) (key, source string, err error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		k := strings.TrimSpace(string(b))
 		if k == "" {
-			return "", fmt.Errorf("%s is empty", file)
+			return "", "", fmt.Errorf("%s is empty", file)
 		}
-		return k, nil
+		return k, "--" + d.KeyFileFlag(), nil
 	}
-	for _, e := range env {
-		if v := strings.TrimSpace(os.Getenv(e)); v != "" {
-			return v, nil
+	for _, e := range d.KeyEnv {
+		if v := strings.TrimSpace(getenv(e)); v != "" {
+			return v, "$" + e, nil
 		}
 	}
-	return "", nil
+	return "", "", nil
+}
+
+// settings is what the wiring found for one provider.
+type settings struct {
+	key, keySource, baseURL string
+}
+
+// providerSettings reads the key and base URL of every provider of
+// providers.All, the only place the operator reads their variables
+// (getenv is os.Getenv outside tests). A key comes from the provider's
+// key file, else the first of its key variables that is set; a base URL
+// from m.BaseURLs, else the provider's base URL variable, else its public
+// API. A provider without key variables is enabled by a base URL; it
+// reads the variable only when no provider sharing the variable has a
+// key. It returns the enabled providers, by name.
+func providerSettings(m Models, getenv func(string) string) (map[string]settings, error) {
+	found := map[string]settings{}
+	claimed := map[string]bool{} // base URL variables of providers with a key
+	all := providers.All()
+	// Providers with key variables: enabled by a key.
+	for _, d := range all {
+		if len(d.KeyEnv) == 0 {
+			continue
+		}
+		key, source, err := keyFrom(d, m.KeyFiles[d.Name], getenv)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", d.KeyFileFlag(), err)
+		}
+		if key == "" {
+			continue
+		}
+		base := m.BaseURLs[d.Name]
+		if base == "" {
+			base = getenv(d.BaseURLEnv)
+		}
+		if base == "" {
+			base = d.DefaultBaseURL()
+		}
+		found[d.Name] = settings{key: key, keySource: source, baseURL: base}
+		claimed[d.BaseURLEnv] = true
+	}
+	// Providers without: enabled by a base URL; a key, if they need one,
+	// comes from their key file.
+	for _, d := range all {
+		if len(d.KeyEnv) > 0 {
+			continue
+		}
+		base := m.BaseURLs[d.Name]
+		if base == "" && !claimed[d.BaseURLEnv] {
+			base = getenv(d.BaseURLEnv)
+		}
+		if base == "" {
+			continue
+		}
+		key, source, err := keyFrom(d, m.KeyFiles[d.Name], getenv)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", d.KeyFileFlag(), err)
+		}
+		found[d.Name] = settings{key: key, keySource: source, baseURL: base}
+	}
+	return found, nil
+}
+
+// newProvider constructs the provider d describes. providers.All imports
+// no SDK, so this switch is where a provider's package is linked in: a
+// provider added to the list needs its case here.
+func newProvider(d providers.Descriptor, s settings, m Models, client *http.Client, maxTokens int) (provider.Provider, error) {
+	switch d.Name {
+	case anthropic.Name:
+		return anthropic.New(anthropic.Config{APIKey: s.key, KeySource: s.keySource, BaseURL: s.baseURL, HTTPClient: client, MaxTokens: maxTokens})
+	case openai.Name:
+		switch m.OpenAIAPI {
+		case "chat", "":
+			return openai.New(openai.Config{APIKey: s.key, KeySource: s.keySource, BaseURL: s.baseURL, HTTPClient: client, MaxTokens: maxTokens})
+		case "responses":
+			return openairesponses.New(openairesponses.Config{APIKey: s.key, BaseURL: s.baseURL, HTTPClient: client, MaxTokens: maxTokens})
+		default:
+			return nil, fmt.Errorf("--openai-api %q: want chat or responses", m.OpenAIAPI)
+		}
+	case gemini.Name:
+		return gemini.New(gemini.Config{APIKey: s.key, KeySource: s.keySource, BaseURL: s.baseURL, HTTPClient: client, MaxTokens: maxTokens})
+	case openai.CompatibleName:
+		return openai.NewCompatible(openai.Config{APIKey: s.key, KeySource: s.keySource, BaseURL: s.baseURL, HTTPClient: client, MaxTokens: maxTokens})
+	}
+	return nil, fmt.Errorf("provider %q is in providers.All but the operator has no constructor for it", d.Name)
 }
 
 // models builds the model router, and the context strategy. It returns
@@ -124,50 +195,30 @@ func catalogRouter(cfg Config, cat *catalog.Catalog, log *slog.Logger) (provider
 		}
 		scriptOpts = append(scriptOpts, scripted.WithScript(s))
 	}
-	providers := map[string]provider.Provider{provider.ScriptedName: reliable.Priced(scripted.New(scriptOpts...), cat)}
+	byName := map[string]provider.Provider{provider.ScriptedName: reliable.Priced(scripted.New(scriptOpts...), cat)}
 
-	if key, err := keyFrom(m.AnthropicKeyFile, anthropic.APIKeyEnv); err != nil {
-		return nil, fmt.Errorf("--anthropic-key-file: %w", err)
-	} else if key != "" {
-		p, err := anthropic.New(anthropic.Config{APIKey: key, BaseURL: m.AnthropicBaseURL, HTTPClient: client, MaxTokens: cfg.MaxTokens})
-		if err != nil {
-			return nil, err
-		}
-		providers[anthropic.Name] = wrap(p)
-	}
-	openaiKey, err := keyFrom(m.OpenAIKeyFile, openai.EnvAPIKey)
+	found, err := providerSettings(m, os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("--openai-key-file: %w", err)
+		return nil, err
 	}
-	if openaiKey != "" {
-		var p provider.Provider
-		switch m.OpenAIAPI {
-		case "chat", "":
-			p, err = openai.New(openai.Config{APIKey: openaiKey, BaseURL: m.OpenAIBaseURL, HTTPClient: client, MaxTokens: cfg.MaxTokens})
-		case "responses":
-			p, err = openairesponses.New(openairesponses.Config{APIKey: openaiKey, BaseURL: m.OpenAIBaseURL, HTTPClient: client, MaxTokens: cfg.MaxTokens})
-		default:
-			return nil, fmt.Errorf("--openai-api %q: want chat or responses", m.OpenAIAPI)
+	credentials := map[string]string{}
+	var defaults []string // default models, in order of preference
+	for _, d := range providers.All() {
+		credentials[d.Name] = d.Credential()
+		s, ok := found[d.Name]
+		if !ok {
+			continue
 		}
+		p, err := newProvider(d, s, m, client, cfg.MaxTokens)
 		if err != nil {
 			return nil, err
 		}
-		providers[openai.Name] = wrap(p)
-	}
-	compatURL := m.CompatibleBaseURL
-	if compatURL == "" && openaiKey == "" {
-		compatURL = os.Getenv("OPENAI_BASE_URL")
-	}
-	if compatURL != "" {
-		key, err := keyFrom(m.CompatibleKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--compatible-key-file: %w", err)
+		byName[d.Name] = wrap(p)
+		if d.DefaultModel != "" {
+			defaults = append(defaults, d.DefaultModel)
 		}
-		p, err := openai.NewCompatible(openai.Config{APIKey: key, BaseURL: compatURL, HTTPClient: client, MaxTokens: cfg.MaxTokens})
-		if err != nil {
-			return nil, err
-		}
-		providers[openai.CompatibleName] = wrap(p)
+	}
+	if _, ok := byName[openai.CompatibleName]; ok {
 		for _, name := range m.LocalModels {
 			if err := cat.AddLocal(name, openai.CompatibleName); err != nil {
 				return nil, fmt.Errorf("--local-models: %w", err)
@@ -181,32 +232,18 @@ func catalogRouter(cfg Config, cat *catalog.Catalog, log *slog.Logger) (provider
 			}
 		}
 	}
-	if key, err := keyFrom(m.GeminiKeyFile, gemini.EnvAPIKey, "GOOGLE_API_KEY"); err != nil {
-		return nil, fmt.Errorf("--gemini-key-file: %w", err)
-	} else if key != "" {
-		p, err := gemini.New(gemini.Config{APIKey: key, BaseURL: m.GeminiBaseURL, HTTPClient: client, MaxTokens: cfg.MaxTokens})
-		if err != nil {
-			return nil, err
-		}
-		providers[gemini.Name] = wrap(p)
-	}
 
 	def := cfg.Model
-	if def == "" {
-		for _, d := range defaultModels {
-			if _, ok := providers[d.provider]; ok {
-				def = d.model
-				break
-			}
-		}
+	if def == "" && len(defaults) > 0 {
+		def = defaults[0]
 	}
 	if def == "" {
-		if _, ok := providers[openai.CompatibleName]; ok {
+		if _, ok := byName[openai.CompatibleName]; ok {
 			return nil, errors.New("an OpenAI-compatible server is configured: name its model with --model (e.g. --model llama3.2)")
 		}
 		def = provider.ScriptedName
 	}
-	var router provider.Router = catalog.Router{Catalog: cat, Providers: providers, Default: def, Credentials: credentials}
+	var router provider.Router = catalog.Router{Catalog: cat, Providers: byName, Default: def, Credentials: credentials}
 	if _, _, err := router.Route(""); err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
 	}
@@ -216,10 +253,10 @@ func catalogRouter(cfg Config, cat *catalog.Catalog, log *slog.Logger) (provider
 		}
 	}
 	if def == provider.ScriptedName {
-		log.Warn("SCRIPTED MODEL: no model provider is configured; replies come from a deterministic script, not a language model. Set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OPENAI_BASE_URL for a real one")
+		log.Warn("SCRIPTED MODEL: no model provider is configured; replies come from a deterministic script, not a language model. Set " + providers.EnableVars() + " for a real one")
 	}
-	configured := make([]string, 0, len(providers))
-	for name := range providers {
+	configured := make([]string, 0, len(byName))
+	for name := range byName {
 		configured = append(configured, name)
 	}
 	log.Info("models", "default", def, "providers", strings.Join(configured, ","), "catalog_version", cat.Version(), "catalog_updated", cat.Updated())

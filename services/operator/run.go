@@ -77,9 +77,10 @@ type Config struct {
 	// prompt instead of SystemPrompt (--system-prompt-file). Run only.
 	SystemPromptFile string
 	// Model is the default model, a catalog name (--model). Empty: the
-	// default model of the first provider with credentials (anthropic,
-	// openai, gemini), else the scripted model. Run refuses one that does
-	// not route (unknown, or its provider has no credentials).
+	// default model of the first provider with credentials, in the order
+	// of providers.All (anthropic, openai, gemini), else the scripted
+	// model. Run refuses one that does not route (unknown, or its
+	// provider has no credentials).
 	Model string
 	// MaxTurns bounds the model calls of an invocation (--max-turns).
 	// Zero: DefaultMaxTurns (New refuses zero).
@@ -192,33 +193,22 @@ type Config struct {
 // Models configures the model providers Run builds: each one whose
 // credentials are found, wrapped with retries and the catalog's prices.
 type Models struct {
-	// AnthropicKeyFile holds the Anthropic API key
-	// (--anthropic-key-file). Empty: $ANTHROPIC_API_KEY.
-	AnthropicKeyFile string
-	// OpenAIKeyFile holds the OpenAI API key (--openai-key-file). Empty:
-	// $OPENAI_API_KEY.
-	OpenAIKeyFile string
-	// GeminiKeyFile holds the Gemini API key (--gemini-key-file). Empty:
-	// $GEMINI_API_KEY, then $GOOGLE_API_KEY.
-	GeminiKeyFile string
-	// CompatibleKeyFile holds the key of the OpenAI-compatible server, if
-	// it needs one (--compatible-key-file).
-	CompatibleKeyFile string
-	// AnthropicBaseURL is the Anthropic API's base URL
-	// (--anthropic-base-url). Empty: $ANTHROPIC_BASE_URL, else the public
-	// API.
-	AnthropicBaseURL string
-	// OpenAIBaseURL is the OpenAI API's base URL, with /v1
-	// (--openai-base-url). Empty: $OPENAI_BASE_URL, else the public API.
-	OpenAIBaseURL string
-	// GeminiBaseURL is the Gemini API's base URL (--gemini-base-url).
-	// Empty: $GOOGLE_GEMINI_BASE_URL, else the public API.
-	GeminiBaseURL string
-	// CompatibleBaseURL is the base URL of an OpenAI-compatible server
-	// such as Ollama or vLLM, e.g. http://127.0.0.1:11434/v1
-	// (--compatible-base-url). Empty: $OPENAI_BASE_URL when no OpenAI key
-	// is set, else none.
-	CompatibleBaseURL string
+	// KeyFiles maps a provider's name (one of providers.All) to the
+	// file holding its API key (its --<flag>-key-file). A provider with
+	// no file takes its key from the first of its key variables that is
+	// set (Descriptor.KeyEnv, e.g. $GEMINI_API_KEY, then
+	// $GOOGLE_API_KEY). A provider with no key variables (the
+	// OpenAI-compatible server) has a key only from its file, if it
+	// needs one.
+	KeyFiles map[string]string
+	// BaseURLs maps a provider's name to its API's base URL (its
+	// --<flag>-base-url). A provider with none takes its base URL
+	// variable (Descriptor.BaseURLEnv), else its public API. A provider
+	// with no key variables is enabled by its base URL alone, and takes
+	// the variable only when no provider sharing it has a key
+	// ($OPENAI_BASE_URL is the OpenAI API's when an OpenAI key is set,
+	// else the OpenAI-compatible server's).
+	BaseURLs map[string]string
 	// OpenAIAPI is the API of OpenAI models: "chat" (Chat Completions) or
 	// "responses" (Responses, chained per session) (--openai-api). Empty:
 	// chat.

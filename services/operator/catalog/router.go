@@ -24,7 +24,9 @@ type Router struct {
 	// Default is the model used when a request names none.
 	Default string
 	// Credentials names, per provider, what to set to enable it; used in
-	// error messages (e.g. "anthropic": "ANTHROPIC_API_KEY").
+	// error messages (the operator gives each provider's
+	// providers.Descriptor.Credential, e.g. "anthropic":
+	// "ANTHROPIC_API_KEY or --anthropic-key-file").
 	Credentials map[string]string
 }
 

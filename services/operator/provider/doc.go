@@ -9,4 +9,10 @@
 // errs.Retryable when a retry may succeed (429, 5xx, connection reset),
 // errs.NonRetryable when it will not (bad request, refused credentials),
 // errs.InvalidArgument for a request the provider cannot express.
+//
+// A provider takes everything it needs in its Config and never reads the
+// environment. What the binaries know of each real provider (its name,
+// key and base URL variables, public host, default model, flags) is one
+// list, package providers; the operator's wiring reads the variables it
+// names.
 package provider

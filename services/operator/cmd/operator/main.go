@@ -27,6 +27,7 @@ import (
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/compaction"
+	"github.com/secbear/neuron/services/operator/provider/providers"
 )
 
 const envPrefix = "NEURON_OPERATOR"
@@ -69,14 +70,16 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	c.Lifecycle.BindFlags(fs, "lifecycle")
 	c.Middleware.Bind(fs)
 	m := &c.Models
-	fs.StringVar(&m.AnthropicKeyFile, "anthropic-key-file", "", "file holding the Anthropic API key (default: $ANTHROPIC_API_KEY)")
-	fs.StringVar(&m.OpenAIKeyFile, "openai-key-file", "", "file holding the OpenAI API key (default: $OPENAI_API_KEY)")
-	fs.StringVar(&m.GeminiKeyFile, "gemini-key-file", "", "file holding the Gemini API key (default: $GEMINI_API_KEY, then $GOOGLE_API_KEY)")
-	fs.StringVar(&m.CompatibleKeyFile, "compatible-key-file", "", "file holding the key of the OpenAI-compatible server, if it needs one")
-	fs.StringVar(&m.AnthropicBaseURL, "anthropic-base-url", "", "Anthropic API base URL (default: $ANTHROPIC_BASE_URL, else the public API)")
-	fs.StringVar(&m.OpenAIBaseURL, "openai-base-url", "", "OpenAI API base URL, with /v1 (default: $OPENAI_BASE_URL, else the public API)")
-	fs.StringVar(&m.GeminiBaseURL, "gemini-base-url", "", "Gemini API base URL (default: $GOOGLE_GEMINI_BASE_URL, else the public API)")
-	fs.StringVar(&m.CompatibleBaseURL, "compatible-base-url", "", "base URL of an OpenAI-compatible server such as Ollama or vLLM, e.g. http://127.0.0.1:11434/v1 (default: $OPENAI_BASE_URL when no OpenAI key is set)")
+	// Each provider's --<flag>-key-file and --<flag>-base-url.
+	keyFiles, baseURLs := map[string]*string{}, map[string]*string{}
+	var withDefault []string
+	for _, d := range providers.All() {
+		keyFiles[d.Name] = fs.String(d.KeyFileFlag(), "", d.KeyFileHelp())
+		baseURLs[d.Name] = fs.String(d.BaseURLFlag(), "", d.BaseURLHelp())
+		if d.DefaultModel != "" {
+			withDefault = append(withDefault, d.Name)
+		}
+	}
 	fs.StringVar(&m.OpenAIAPI, "openai-api", def.Models.OpenAIAPI, "OpenAI API for OpenAI models: chat (Chat Completions) or responses (Responses, chained per session)")
 	fs.StringVar(&m.EgressProxy, "egress-proxy", "", "send all model traffic through this HTTP proxy: http://HOST:PORT, or unix:///PATH for a proxy on a Unix socket (what the environment service gives a sandbox) (default: $HTTPS_PROXY)")
 	fs.StringVar(&m.Catalog, "catalog", "", "model catalog file adding to or replacing the built-in one (same format as catalog/models.json)")
@@ -87,7 +90,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&m.ContextReserve, "context-reserve", def.Models.ContextReserve, "tokens of the context window kept free for the response")
 	fs.BoolVar(&f.oneShot, "one-shot", false, "run one invocation: OperatorInput (protojson) on stdin, OperatorOutput on stdout; exit 0 complete, 3 other exit, 10+gRPC code on error")
 	fs.StringVar(&f.inputFile, "one-shot-input", "", "with --one-shot, read the OperatorInput from this file instead of stdin (e.g. a mounted Kubernetes Secret)")
-	fs.StringVar(&c.Model, "model", "", "default model, a catalog name (default: the first provider with credentials: anthropic, openai, gemini; else the scripted model)")
+	fs.StringVar(&c.Model, "model", "", "default model, a catalog name (default: the first provider with credentials: "+strings.Join(withDefault, ", ")+"; else the scripted model)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", `JSON file of MCP servers whose tools to offer: {"servers":[{"name":"fs","command":["..."]},{"name":"web","url":"http://..."}]}`)
 	fs.StringVar(&m.Script, "script", "", "JSON script for the scripted model (default: its echo rules)")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", def.SystemPrompt, "the agent's system prompt")
@@ -142,9 +145,25 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	c.Tools = splitList(tools)
 	c.ToolEnv = splitList(toolEnv)
 	c.ToolReadOnly = splitList(toolReadOnly)
+	m.KeyFiles, m.BaseURLs = nonEmpty(keyFiles), nonEmpty(baseURLs)
 	m.LocalModels = splitList(localModels)
 	m.FallbackModels = splitList(fallbackModels)
 	return f, nil
+}
+
+// nonEmpty is the flags of m that were set, by provider name; nil when
+// none was.
+func nonEmpty(m map[string]*string) map[string]string {
+	var out map[string]string
+	for name, v := range m {
+		if *v != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = *v
+		}
+	}
+	return out
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
@@ -17,14 +16,6 @@ import (
 
 // Name is the provider's Name.
 const Name = "anthropic"
-
-// Environment variables read by New when the Config leaves a field empty.
-const (
-	// APIKeyEnv holds the API key when Config.APIKey is empty.
-	APIKeyEnv = "ANTHROPIC_API_KEY"
-	// BaseURLEnv holds the API base URL when Config.BaseURL is empty.
-	BaseURLEnv = "ANTHROPIC_BASE_URL"
-)
 
 // DefaultMaxTokens is the output cap when neither the request nor the
 // Config sets one: the Messages API requires max_tokens.
@@ -38,10 +29,14 @@ const noTimeout = 100 * 365 * 24 * time.Hour
 
 // Config configures a Provider.
 type Config struct {
-	// APIKey is the Anthropic API key; empty means $ANTHROPIC_API_KEY.
+	// APIKey is the Anthropic API key. Required.
 	APIKey string
+	// KeySource says where APIKey came from (e.g. "$ANTHROPIC_API_KEY"),
+	// for the message of a refused key; it never holds the key. Empty:
+	// "the configured API key".
+	KeySource string
 	// BaseURL is the API's base URL, e.g. "https://api.anthropic.com";
-	// empty means $ANTHROPIC_BASE_URL, and the SDK's default without it.
+	// empty means the SDK's default, https://api.anthropic.com.
 	BaseURL string
 	// HTTPClient sends the requests, e.g. through an egress proxy; nil
 	// means a plain client with no timeout of its own.
@@ -66,20 +61,19 @@ type Provider struct {
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New returns a Provider. The API key is cfg.APIKey, else $ANTHROPIC_API_KEY;
-// without either New fails. The base URL is cfg.BaseURL, else
-// $ANTHROPIC_BASE_URL, else the SDK's default. Nothing else is read from the
-// environment: the SDK's own credential chain (auth tokens, profiles,
-// custom headers) is switched off. Errors wrap errs.InvalidArgument and
-// never contain the key.
+// New returns a Provider. The API key is cfg.APIKey; without one New
+// fails. The base URL is cfg.BaseURL, else the SDK's default. Nothing is
+// read from the environment: the SDK's own environment and credential
+// chain (keys, auth tokens, base URL, profiles, custom headers) is
+// switched off. Errors wrap errs.InvalidArgument and never contain the
+// key.
 func New(cfg Config) (*Provider, error) {
 	key, keySource := cfg.APIKey, "the configured API key"
-	if key == "" {
-		key, keySource = os.Getenv(APIKeyEnv), APIKeyEnv
+	if cfg.KeySource != "" {
+		keySource = "the API key from " + cfg.KeySource
 	}
 	if key == "" {
-		return nil, fmt.Errorf("anthropic provider: no API key: set one in the configuration or in %s: %w",
-			APIKeyEnv, errs.InvalidArgument)
+		return nil, fmt.Errorf("anthropic provider: no API key in the configuration: %w", errs.InvalidArgument)
 	}
 	if cfg.MaxTokens < 0 {
 		return nil, fmt.Errorf("anthropic provider: max tokens %d is negative: %w", cfg.MaxTokens, errs.InvalidArgument)
@@ -95,11 +89,7 @@ func New(cfg Config) (*Provider, error) {
 		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0),
 	}
-	base := cfg.BaseURL
-	if base == "" {
-		base = os.Getenv(BaseURLEnv)
-	}
-	if base != "" {
+	if base := cfg.BaseURL; base != "" {
 		u, err := url.Parse(base)
 		if err != nil {
 			return nil, fmt.Errorf("anthropic provider: base URL is not a URL: %w", errs.InvalidArgument)

@@ -25,14 +25,14 @@ func TestName(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	t.Setenv(APIKeyEnv, "")
-	t.Setenv(BaseURLEnv, "")
+	// The environment is never read: a key there does not count.
+	t.Setenv("ANTHROPIC_API_KEY", testKey)
 	tests := []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"no key", Config{}, "anthropic provider: no API key: set one in the configuration or in ANTHROPIC_API_KEY: invalid argument"},
+		{"no key", Config{}, "anthropic provider: no API key in the configuration: invalid argument"},
 		{"relative base URL", Config{APIKey: testKey, BaseURL: "api.anthropic.com/v1"}, `anthropic provider: base URL "api.anthropic.com/v1" is not an absolute http(s) URL: invalid argument`},
 		{"base URL with credentials", Config{APIKey: testKey, BaseURL: "ftp://user:" + testKey + "@host"}, `anthropic provider: base URL "ftp://user:xxxxx@host" is not an absolute http(s) URL: invalid argument`},
 		{"unparsable base URL", Config{APIKey: testKey, BaseURL: "http://[::1" + testKey}, "anthropic provider: base URL is not a URL: invalid argument"},
@@ -57,15 +57,17 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// TestEnvironment checks that ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL are
-// used when the Config leaves them empty, and that the Config wins.
-func TestEnvironment(t *testing.T) {
+// TestEnvironmentIgnored checks that New reads no environment: the
+// Config's key and base URL are used, ANTHROPIC_API_KEY and
+// ANTHROPIC_BASE_URL are not (the operator's wiring reads them), and
+// without a base URL the public API is the target, not the variable's.
+func TestEnvironmentIgnored(t *testing.T) {
 	f := newFakeAPI(t, replyJSON(200, message(`[{"type":"text","text":"hi"}]`, `"end_turn"`, plainUsage)))
 	other := newFakeAPI(t, replyJSON(500, errorBody("api_error", "wrong server")))
 
-	t.Setenv(APIKeyEnv, "sk-ant-from-env")
-	t.Setenv(BaseURLEnv, f.URL()+"/proxy/anthropic")
-	p, err := New(Config{DefaultModel: testModel})
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+	t.Setenv("ANTHROPIC_BASE_URL", other.URL())
+	p, err := New(Config{APIKey: testKey, BaseURL: f.URL() + "/proxy/anthropic", DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,27 +78,33 @@ func TestEnvironment(t *testing.T) {
 	if c.Path != "/proxy/anthropic/v1/messages" {
 		t.Errorf("path = %q, want /proxy/anthropic/v1/messages", c.Path)
 	}
-	if got := c.Header.Get("X-Api-Key"); got != "sk-ant-from-env" {
-		t.Errorf("x-api-key = %q, want the env key", got)
+	if got := c.Header.Get("X-Api-Key"); got != testKey {
+		t.Errorf("x-api-key = %q, want the configured key", got)
 	}
 
-	// The Config overrides both.
-	t.Setenv(BaseURLEnv, other.URL())
-	p, err = New(Config{APIKey: testKey, BaseURL: f.URL(), DefaultModel: testModel})
+	// No base URL: the SDK's default, not $ANTHROPIC_BASE_URL. The
+	// client's transport sees where the request would go.
+	var host string
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		host = r.URL.Host
+		return nil, errors.New("not sent")
+	})}
+	p, err = New(Config{APIKey: testKey, HTTPClient: hc, DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Complete(context.Background(), &provider.Request{Messages: userText("hi")}); err != nil {
-		t.Fatal(err)
-	}
-	calls := f.Requests()
-	if len(calls) != 2 || calls[1].Header.Get("X-Api-Key") != testKey {
-		t.Errorf("the configured key and base URL were not used: %d calls", len(calls))
+	_, _ = p.Complete(context.Background(), &provider.Request{Messages: userText("hi")})
+	if host != "api.anthropic.com" {
+		t.Errorf("request host = %q, want api.anthropic.com", host)
 	}
 	if n := len(other.Requests()); n != 0 {
 		t.Errorf("the env base URL got %d requests, want 0", n)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestSDKEnvironmentIgnored checks that the SDK's own credential chain is
 // off: an auth token in the environment is not sent.

@@ -4,11 +4,13 @@
 //
 // # Configuration
 //
-// New takes a Config. The API key is Config.APIKey, else the environment
-// variable ANTHROPIC_API_KEY; with neither, New fails (the error never
-// holds a key). The base URL is Config.BaseURL, else ANTHROPIC_BASE_URL,
+// New takes a Config and reads no environment (the operator's wiring reads
+// ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL, as services/operator/provider/
+// providers lists them). The API key is Config.APIKey; without one New
+// fails (the error never holds a key). The base URL is Config.BaseURL,
 // else https://api.anthropic.com. The SDK's own environment and credential
-// chain (ANTHROPIC_AUTH_TOKEN, profiles, custom headers) is switched off.
+// chain (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN,
+// profiles, custom headers) is switched off.
 // Requests go through Config.HTTPClient (a plain client when nil), are
 // never retried by the SDK (retries live in one place, outside providers),
 // and have no deadline but their context's: the SDK's default 10-minute

@@ -135,16 +135,16 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
-func TestRefusedEnvKeyMessage(t *testing.T) {
+// A refused key is named by its source when the Config gives one.
+func TestRefusedKeySourceMessage(t *testing.T) {
 	f := newFakeAPI(t, replyJSON(401, errorBody("authentication_error", "invalid x-api-key")))
-	t.Setenv(APIKeyEnv, testKey)
-	p, err := New(Config{BaseURL: f.URL(), DefaultModel: testModel})
+	p, err := New(Config{APIKey: testKey, KeySource: "$ANTHROPIC_API_KEY", BaseURL: f.URL(), DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Complete(context.Background(), &provider.Request{Messages: userText("hi")})
 	checkError(t, err, &provider.Error{Provider: Name, Model: testModel, Kind: errs.NonRetryable, HTTPStatus: 401,
-		Message: "invalid x-api-key (the Anthropic API refused ANTHROPIC_API_KEY)"})
+		Message: "invalid x-api-key (the Anthropic API refused the API key from $ANTHROPIC_API_KEY)"})
 }
 
 func TestRetryAfterDate(t *testing.T) {

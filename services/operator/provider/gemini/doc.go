@@ -6,18 +6,19 @@
 //
 // # Configuration
 //
-// New(Config) takes the API key from Config.APIKey, else the environment
-// variable GEMINI_API_KEY, else GOOGLE_API_KEY; with none it fails with
-// errs.InvalidArgument. (The SDK prefers GOOGLE_API_KEY; this package does
-// not, and passes the key it chose explicitly. When both variables are set
-// the SDK still logs a warning naming them, not their values.) The key is
-// sent in the x-goog-api-key header, never in the URL, and never appears in
-// an error: messages are scrubbed of it.
+// New(Config) reads no environment: the operator's wiring reads
+// GEMINI_API_KEY, then GOOGLE_API_KEY, and GOOGLE_GEMINI_BASE_URL
+// (services/operator/provider/providers lists them). The API key is
+// Config.APIKey; without one New fails with errs.InvalidArgument. The key
+// and the base URL are always passed to the SDK explicitly, so its own
+// reading of those variables never takes effect (when both key variables
+// are set the SDK still logs a warning naming them, not their values). The
+// key is sent in the x-goog-api-key header, never in the URL, and never
+// appears in an error: messages are scrubbed of it.
 //
-// Config.BaseURL replaces https://generativelanguage.googleapis.com/ and
-// may carry a path (a proxy prefix); "v1beta/models/<model>:generateContent"
-// is appended. When it is empty the SDK reads GOOGLE_GEMINI_BASE_URL from
-// the environment before falling back to the public endpoint.
+// Config.BaseURL replaces https://generativelanguage.googleapis.com/
+// (DefaultBaseURL) and may carry a path (a proxy prefix);
+// "v1beta/models/<model>:generateContent" is appended.
 //
 // Config.HTTPClient (nil: a new default client) sends every request. New
 // copies it and wraps its transport to read each response's status and
@@ -123,8 +124,8 @@
 // message, and RetryAfter from retry-after-ms, Retry-After (seconds or an
 // HTTP date), or else the google.rpc.RetryInfo detail's retryDelay that
 // Gemini sends with quota errors. 401, 403 and a 400 with reason
-// API_KEY_INVALID say which key was refused (Config.APIKey or the variable
-// it came from). An error event inside a stream has the code the event
+// API_KEY_INVALID say which key was refused (Config.KeySource, else
+// "Config.APIKey"). An error event inside a stream has the code the event
 // gives. Connection failures (refused, reset, cut mid-body) are
 // errs.Retryable with HTTPStatus 0; a body that does not decode is
 // errs.NonRetryable.

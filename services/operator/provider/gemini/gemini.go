@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"google.golang.org/genai"
@@ -16,21 +15,20 @@ import (
 // Name is the provider's name.
 const Name = "gemini"
 
-// Environment variables read for the API key, in this order, when
-// Config.APIKey is empty.
-const (
-	EnvAPIKey       = "GEMINI_API_KEY"
-	EnvGoogleAPIKey = "GOOGLE_API_KEY"
-)
+// DefaultBaseURL is the Gemini Developer API's base URL, used when
+// Config.BaseURL is empty (the API version is appended).
+const DefaultBaseURL = "https://generativelanguage.googleapis.com/"
 
 // Config configures a Provider.
 type Config struct {
-	// APIKey is the Gemini API key. Empty means GEMINI_API_KEY, then
-	// GOOGLE_API_KEY.
+	// APIKey is the Gemini API key. Required.
 	APIKey string
-	// BaseURL replaces https://generativelanguage.googleapis.com/ (the
-	// API version, v1beta, is appended). Empty means the SDK's default,
-	// which honours GOOGLE_GEMINI_BASE_URL.
+	// KeySource says where APIKey came from (e.g. "$GEMINI_API_KEY"), for
+	// the message of a refused key; it never holds the key. Empty:
+	// "Config.APIKey".
+	KeySource string
+	// BaseURL replaces DefaultBaseURL (the API version, v1beta, is
+	// appended). Empty means DefaultBaseURL.
 	BaseURL string
 	// HTTPClient sends the requests; nil means a new default client. Its
 	// transport is used as it is (for instance to reach an egress proxy).
@@ -56,21 +54,21 @@ type Provider struct {
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a Gemini provider. It fails when no API key is configured.
-// It makes no network call.
+// It makes no network call, and takes nothing from the environment: the
+// key and base URL it passes the SDK are always explicit, so the SDK's own
+// GEMINI_API_KEY, GOOGLE_API_KEY and GOOGLE_GEMINI_BASE_URL are not used
+// (the operator's wiring reads the first and last).
 func New(cfg Config) (*Provider, error) {
-	key, source := cfg.APIKey, "Config.APIKey"
-	if key == "" {
-		key, source = os.Getenv(EnvAPIKey), EnvAPIKey
-	}
-	if key == "" {
-		key, source = os.Getenv(EnvGoogleAPIKey), EnvGoogleAPIKey
+	key, source := cfg.APIKey, cfg.KeySource
+	if source == "" {
+		source = "Config.APIKey"
 	}
 	if key == "" {
 		return nil, &provider.Error{
 			Provider: Name,
 			Model:    cfg.DefaultModel,
 			Kind:     errs.InvalidArgument,
-			Message:  "no API key: set the gemini api_key, " + EnvAPIKey + " or " + EnvGoogleAPIKey,
+			Message:  "no API key: set Config.APIKey",
 		}
 	}
 	if cfg.MaxTokens < 0 {
@@ -87,13 +85,17 @@ func New(cfg Config) (*Provider, error) {
 		hc = &c
 	}
 	hc.Transport = &captureTransport{base: hc.Transport}
+	base := cfg.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
 	one := int32(1)
 	client, err := genai.NewClient(context.Background(), &genai.ClientConfig{
 		APIKey:     key,
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: hc,
 		HTTPOptions: genai.HTTPOptions{
-			BaseURL: cfg.BaseURL,
+			BaseURL: base,
 			// One attempt: retries live outside providers. (A nil
 			// RetryOptions also means one attempt in v1.77.0; this says so
 			// explicitly, whatever a later version's default.)

@@ -44,43 +44,25 @@ func TestName(t *testing.T) {
 	}
 }
 
+// The key is the Config's; GEMINI_API_KEY and GOOGLE_API_KEY (which the
+// operator's wiring reads, and the SDK would) are never used.
 func TestNewKey(t *testing.T) {
-	tests := []struct {
-		name      string
-		cfgKey    string
-		gemini    string
-		google    string
-		wantKey   string
-		wantError string
-	}{
-		{name: "config", cfgKey: "cfg-key", gemini: "gemini-key", google: "google-key", wantKey: "cfg-key"},
-		{name: "GEMINI_API_KEY first", gemini: "gemini-key", google: "google-key", wantKey: "gemini-key"},
-		{name: "GOOGLE_API_KEY", google: "google-key", wantKey: "google-key"},
-		{name: "none", wantError: "gemini model gemini-2.5-flash: no API key: set the gemini api_key, GEMINI_API_KEY or GOOGLE_API_KEY"},
+	t.Setenv("GEMINI_API_KEY", "gemini-key")
+	t.Setenv("GOOGLE_API_KEY", "google-key")
+	_, err := New(Config{DefaultModel: testModel})
+	if pe := providerError(t, err); pe.Kind != errs.InvalidArgument || err.Error() != "gemini model gemini-2.5-flash: no API key: set Config.APIKey" {
+		t.Fatalf("error %v (%s)", err, kindName(pe.Kind))
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(EnvAPIKey, tt.gemini)
-			t.Setenv(EnvGoogleAPIKey, tt.google)
-			f := httpfake.New(t, httpfake.JSON(200, helloResponse))
-			p, err := New(Config{APIKey: tt.cfgKey, BaseURL: f.URL(), DefaultModel: testModel})
-			if tt.wantError != "" {
-				pe := providerError(t, err)
-				if pe.Kind != errs.InvalidArgument || err.Error() != tt.wantError {
-					t.Fatalf("error %v (%s), want %q", err, kindName(pe.Kind), tt.wantError)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
-				t.Fatal(err)
-			}
-			if got := f.Only(t).Header.Get("X-Goog-Api-Key"); got != tt.wantKey {
-				t.Fatalf("key sent %q, want %q", got, tt.wantKey)
-			}
-		})
+	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
+	p, err := New(Config{APIKey: "cfg-key", BaseURL: f.URL(), DefaultModel: testModel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Only(t).Header.Get("X-Goog-Api-Key"); got != "cfg-key" {
+		t.Fatalf("key sent %q, want cfg-key", got)
 	}
 }
 
@@ -857,15 +839,42 @@ func TestHTTPClientAndBaseURL(t *testing.T) {
 	}
 }
 
-func TestBaseURLFromEnvironment(t *testing.T) {
+// GOOGLE_GEMINI_BASE_URL, which the SDK would read, is not used: without
+// a base URL the request goes to the public API.
+func TestBaseURLNotFromEnvironment(t *testing.T) {
 	f := httpfake.New(t, httpfake.JSON(200, helloResponse))
 	t.Setenv("GOOGLE_GEMINI_BASE_URL", f.URL())
-	p, err := New(Config{APIKey: testKey, DefaultModel: testModel})
+	var url string
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		url = r.URL.String()
+		return nil, errors.New("not sent")
+	})}
+	p, err := New(Config{APIKey: testKey, HTTPClient: hc, DefaultModel: testModel})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}}); err != nil {
+	_, _ = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}})
+	if want := "https://generativelanguage.googleapis.com/v1beta/models/" + testModel + ":generateContent"; url != want {
+		t.Errorf("URL %q, want %q", url, want)
+	}
+	if n := len(f.Requests()); n != 0 {
+		t.Errorf("the GOOGLE_GEMINI_BASE_URL server got %d requests, want 0", n)
+	}
+}
+
+// A refused key is named by its source when the Config gives one.
+func TestRefusedKeySource(t *testing.T) {
+	f := httpfake.New(t, httpfake.JSON(401, `{"error": {"code": 401, "message": "API key not valid.", "status": "UNAUTHENTICATED"}}`))
+	p, err := New(Config{APIKey: testKey, KeySource: "$GOOGLE_API_KEY", BaseURL: f.URL(), DefaultModel: testModel})
+	if err != nil {
 		t.Fatal(err)
 	}
-	assertGenerate(t, f.Only(t), testModel, false)
+	_, err = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{user(text("hi"))}})
+	if pe := providerError(t, err); pe.Message != "the Gemini API refused the API key from $GOOGLE_API_KEY: API key not valid." {
+		t.Fatalf("message %q", pe.Message)
+	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

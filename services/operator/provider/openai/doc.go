@@ -2,13 +2,17 @@
 // (POST {BaseURL}/chat/completions), built on the official
 // github.com/openai/openai-go/v3 SDK. One package serves two flavours:
 //
-//   - New: Name "openai", the OpenAI API. The key is Config.APIKey, else
-//     OPENAI_API_KEY, and is required; the base URL is Config.BaseURL,
-//     else OPENAI_BASE_URL, else https://api.openai.com/v1.
+//   - New: Name "openai", the OpenAI API. The key is Config.APIKey and is
+//     required; the base URL is Config.BaseURL, else
+//     https://api.openai.com/v1.
 //   - NewCompatible: Name "openai-compatible", a server that speaks the
 //     same API (Ollama, vLLM, llama.cpp, LM Studio). Config.BaseURL is
 //     required; the key is optional and without one no Authorization
-//     header is sent. It reads no environment variable.
+//     header is sent.
+//
+// Neither reads the environment: the operator's wiring reads
+// OPENAI_API_KEY and OPENAI_BASE_URL (services/operator/provider/providers
+// lists them) and passes a Config.
 //
 // # Base URL
 //

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -25,30 +24,25 @@ const (
 	CompatibleName = "openai-compatible"
 )
 
-// Environment variables read by New (and only by New).
-const (
-	// EnvAPIKey holds the API key when Config.APIKey is empty.
-	EnvAPIKey = "OPENAI_API_KEY"
-	// EnvBaseURL holds the base URL when Config.BaseURL is empty.
-	EnvBaseURL = "OPENAI_BASE_URL"
-)
-
-// DefaultBaseURL is the OpenAI API's base URL, used by New when neither
-// Config.BaseURL nor OPENAI_BASE_URL is set.
+// DefaultBaseURL is the OpenAI API's base URL, used by New when
+// Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
 // Config configures a Provider.
 type Config struct {
-	// APIKey is sent as "Authorization: Bearer <key>". New falls back to
-	// OPENAI_API_KEY and requires a key; NewCompatible reads no
-	// environment and sends no Authorization header without one.
+	// APIKey is sent as "Authorization: Bearer <key>". New requires a
+	// key; NewCompatible sends no Authorization header without one.
 	APIKey string
+	// KeySource says where APIKey came from (e.g. "$OPENAI_API_KEY"), for
+	// the message of a refused key; it never holds the key. Empty:
+	// "Config.APIKey".
+	KeySource string
 	// BaseURL is the API root INCLUDING its version path, exactly like
 	// OPENAI_BASE_URL: requests go to BaseURL + "/chat/completions". For
 	// example "https://api.openai.com/v1", Ollama's
 	// "http://localhost:11434/v1", vLLM's "http://localhost:8000/v1" or
 	// llama.cpp's "http://localhost:8080/v1". New falls back to
-	// OPENAI_BASE_URL, then DefaultBaseURL; NewCompatible requires it.
+	// DefaultBaseURL; NewCompatible requires it.
 	BaseURL string
 	// HTTPClient makes the requests; nil means a plain &http.Client{}
 	// with no timeout (the call's context is the only deadline). Callers
@@ -80,39 +74,31 @@ type Provider struct {
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a provider named "openai" for the OpenAI API. The key is
-// Config.APIKey, else OPENAI_API_KEY; no key is an error wrapping
-// errs.InvalidArgument. The base URL is Config.BaseURL, else
-// OPENAI_BASE_URL, else DefaultBaseURL. No other OPENAI_* variable is
-// read.
+// Config.APIKey; no key is an error wrapping errs.InvalidArgument. The
+// base URL is Config.BaseURL, else DefaultBaseURL. No environment
+// variable is read (the operator's wiring reads OPENAI_API_KEY and
+// OPENAI_BASE_URL).
 func New(cfg Config) (*Provider, error) {
-	source := "Config.APIKey"
 	if cfg.APIKey == "" {
-		cfg.APIKey = os.Getenv(EnvAPIKey)
-		source = EnvAPIKey
-	}
-	if cfg.APIKey == "" {
-		return nil, configError(Name, cfg, "no API key: set Config.APIKey or "+EnvAPIKey)
-	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = os.Getenv(EnvBaseURL)
+		return nil, configError(Name, cfg, "no API key: set Config.APIKey")
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	return newProvider(Name, false, cfg, "the API key from "+source+" was refused")
+	return newProvider(Name, false, cfg, "the API key from "+keySource(cfg)+" was refused")
 }
 
 // NewCompatible returns a provider named "openai-compatible" for a server
 // that speaks the Chat Completions API (Ollama, vLLM, llama.cpp, LM
 // Studio, ...). Config.BaseURL is required; Config.APIKey is optional and,
-// when empty, no Authorization header is sent. It reads no environment
-// variable, so an OPENAI_API_KEY meant for OpenAI never reaches another
-// server.
+// when empty, no Authorization header is sent. Like New it reads no
+// environment variable, so an OPENAI_API_KEY meant for OpenAI never
+// reaches another server.
 func NewCompatible(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		return nil, configError(CompatibleName, cfg, "no base URL: set Config.BaseURL to the server's API root, e.g. http://localhost:11434/v1")
 	}
-	hint := "the API key from Config.APIKey was refused"
+	hint := "the API key from " + keySource(cfg) + " was refused"
 	if cfg.APIKey == "" {
 		hint = "the server wants an API key and Config.APIKey is empty"
 	}
@@ -148,6 +134,15 @@ func newProvider(name string, compatible bool, cfg Config, authHint string) (*Pr
 		defaultModel: cfg.DefaultModel,
 		maxTokens:    cfg.MaxTokens,
 	}, nil
+}
+
+// keySource names where the key came from, for the message of a refused
+// key.
+func keySource(cfg Config) string {
+	if cfg.KeySource != "" {
+		return cfg.KeySource
+	}
+	return "Config.APIKey"
 }
 
 func configError(name string, cfg Config, msg string) error {

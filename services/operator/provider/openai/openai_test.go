@@ -22,8 +22,9 @@ func TestNames(t *testing.T) {
 }
 
 func TestConstructorErrors(t *testing.T) {
-	t.Setenv(EnvAPIKey, "")
-	t.Setenv(EnvBaseURL, "")
+	// The environment is never read: a key there does not count.
+	t.Setenv("OPENAI_API_KEY", "sk-env-key-1234")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	for _, tc := range []struct {
 		name    string
 		make    func() (*Provider, error)
@@ -31,7 +32,7 @@ func TestConstructorErrors(t *testing.T) {
 		message string
 	}{
 		{"openai without a key", func() (*Provider, error) { return New(Config{BaseURL: "http://x/v1"}) },
-			Name, "no API key: set Config.APIKey or OPENAI_API_KEY"},
+			Name, "no API key: set Config.APIKey"},
 		{"openai with a bad base URL", func() (*Provider, error) { return New(Config{APIKey: testKey, BaseURL: "localhost:8080"}) },
 			Name, "base URL is not an absolute http(s) URL"},
 		{"openai with a relative base URL", func() (*Provider, error) { return New(Config{APIKey: testKey, BaseURL: "/v1"}) },
@@ -58,45 +59,34 @@ func TestConstructorErrors(t *testing.T) {
 	}
 }
 
-func TestEnvironment(t *testing.T) {
-	f := httpfake.New(t, httpfake.JSON(200, okBody))
-	t.Setenv(EnvAPIKey, "sk-env-key-1234")
-	t.Setenv(EnvBaseURL, f.URL()+"/v1")
-	// Ambient settings the SDK would otherwise pick up; neither flavour
-	// may send them.
+// Neither flavour reads the environment: not OPENAI_API_KEY nor
+// OPENAI_BASE_URL (the operator's wiring reads them), nor the ambient
+// settings the SDK would otherwise pick up.
+func TestEnvironmentIgnored(t *testing.T) {
+	other := httpfake.New(t, httpfake.JSON(500, openAIError("wrong server", "server_error", "")))
+	t.Setenv("OPENAI_API_KEY", "sk-env-key-1234")
+	t.Setenv("OPENAI_BASE_URL", other.URL()+"/v1")
 	t.Setenv("OPENAI_ORG_ID", "org-ambient")
 	t.Setenv("OPENAI_PROJECT_ID", "proj-ambient")
 	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Leak: yes")
 	req := &provider.Request{Model: "gpt-4o", Messages: []provider.Message{userText("hi")}}
 
-	p, err := New(Config{})
+	g := httpfake.New(t, httpfake.JSON(200, okBody))
+	p, err := New(Config{APIKey: testKey, BaseURL: g.URL() + "/v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Complete(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	got := f.Only(t)
-	if a := got.Header.Get("Authorization"); a != "Bearer sk-env-key-1234" {
-		t.Fatalf("Authorization %q, want the OPENAI_API_KEY key", a)
+	got := g.Only(t)
+	if a := got.Header.Get("Authorization"); a != "Bearer "+testKey {
+		t.Fatalf("Authorization %q, want the configured key", a)
 	}
 	for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "X-Leak"} {
 		if v := got.Header.Get(h); v != "" {
 			t.Fatalf("ambient header %s: %q sent", h, v)
 		}
-	}
-
-	// Config wins over the environment.
-	g := httpfake.New(t, httpfake.JSON(200, okBody))
-	p, err = New(Config{APIKey: testKey, BaseURL: g.URL() + "/v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Complete(context.Background(), req); err != nil {
-		t.Fatal(err)
-	}
-	if a := g.Only(t).Header.Get("Authorization"); a != "Bearer "+testKey {
-		t.Fatalf("Authorization %q, want the configured key", a)
 	}
 
 	// A compatible server never gets OPENAI_API_KEY.
@@ -114,18 +104,21 @@ func TestEnvironment(t *testing.T) {
 			t.Fatalf("compatible server got %s: %q", name, v)
 		}
 	}
+	if n := len(other.Requests()); n != 0 {
+		t.Errorf("the OPENAI_BASE_URL server got %d requests, want 0", n)
+	}
 }
 
-func TestEnvironmentKeyRefused(t *testing.T) {
+// A refused key is named by its source when the Config gives one.
+func TestKeySourceRefused(t *testing.T) {
 	f := httpfake.New(t, httpfake.JSON(401, openAIError("Incorrect API key provided: sk-env-***1234.", "invalid_request_error", "invalid_api_key")))
-	t.Setenv(EnvAPIKey, "sk-env-key-1234")
-	p, err := New(Config{BaseURL: f.URL() + "/v1", DefaultModel: "gpt-4o"})
+	p, err := New(Config{APIKey: "sk-env-key-1234", KeySource: "$OPENAI_API_KEY", BaseURL: f.URL() + "/v1", DefaultModel: "gpt-4o"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
 	pe := asProviderError(t, err)
-	const want = "the API key from OPENAI_API_KEY was refused: Incorrect API key provided: sk-[redacted]."
+	const want = "the API key from $OPENAI_API_KEY was refused: Incorrect API key provided: sk-[redacted]."
 	if pe.Message != want || pe.Kind != errs.NonRetryable || pe.HTTPStatus != 401 {
 		t.Fatalf("error %+v", pe)
 	}
@@ -133,7 +126,7 @@ func TestEnvironmentKeyRefused(t *testing.T) {
 }
 
 func TestDefaultBaseURL(t *testing.T) {
-	t.Setenv(EnvBaseURL, "")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	var url string
 	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		url = r.URL.String()

@@ -4,13 +4,17 @@
 //
 // # Configuration
 //
-// New takes a Config. The API key is Config.APIKey, else $OPENAI_API_KEY;
-// without one New fails (errs.InvalidArgument) and no error ever holds the
-// key. The base URL is Config.BaseURL, else $OPENAI_BASE_URL, else the
-// SDK's https://api.openai.com/v1; it includes the version path. Requests
-// go through Config.HTTPClient when set. The SDK's own retries are off
-// (retries live outside providers) and no timeout is set besides the
-// call's context. The model is Request.Model, else Config.DefaultModel.
+// New takes a Config and reads no environment: the operator's wiring reads
+// OPENAI_API_KEY and OPENAI_BASE_URL (services/operator/provider/providers
+// lists them), and the SDK client is built from explicit options, so no
+// ambient OPENAI_* setting (organization, project, custom headers) is sent
+// either. The API key is Config.APIKey; without one New fails
+// (errs.InvalidArgument) and no error ever holds the key. The base URL is
+// Config.BaseURL, else https://api.openai.com/v1; it includes the version
+// path. Requests go through Config.HTTPClient when set. The SDK's own
+// retries are off (retries live outside providers) and no timeout is set
+// besides the call's context. The model is Request.Model, else
+// Config.DefaultModel.
 //
 // # Request mapping
 //

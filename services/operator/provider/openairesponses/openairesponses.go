@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 
 	"github.com/openai/openai-go/v3"
@@ -20,20 +19,17 @@ import (
 // Name is the provider's Name.
 const Name = "openai-responses"
 
-// Environment variables read by New when the Config leaves the field empty.
-const (
-	EnvAPIKey  = "OPENAI_API_KEY"
-	EnvBaseURL = "OPENAI_BASE_URL"
-)
+// DefaultBaseURL is the OpenAI API's base URL, used when Config.BaseURL
+// is empty.
+const DefaultBaseURL = "https://api.openai.com/v1"
 
 // Config configures a Provider.
 type Config struct {
-	// APIKey authenticates to the API; empty means $OPENAI_API_KEY. A key
-	// is required: a server that needs none takes any placeholder.
+	// APIKey authenticates to the API. A key is required: a server that
+	// needs none takes any placeholder.
 	APIKey string
 	// BaseURL is the API's base URL including its version path, such as
-	// "https://api.openai.com/v1" (the default); empty means
-	// $OPENAI_BASE_URL, else the default.
+	// "https://api.openai.com/v1"; empty means DefaultBaseURL.
 	BaseURL string
 	// HTTPClient sends the requests, e.g. through an egress proxy; nil
 	// means a plain client without timeouts (the call's context bounds
@@ -56,7 +52,7 @@ type Config struct {
 // Provider is a provider.Provider over the OpenAI Responses API. It is
 // safe for concurrent use.
 type Provider struct {
-	client openai.Client
+	client responses.ResponseService
 	// key is kept only to scrub it from error messages.
 	key       string
 	model     string
@@ -68,14 +64,15 @@ type Provider struct {
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a Provider. It fails, wrapping errs.InvalidArgument, when no
-// API key is configured; the error never holds a key.
+// API key is configured; the error never holds a key. It reads no
+// environment variable: the client is built from explicit options only,
+// so neither OPENAI_API_KEY, OPENAI_BASE_URL nor any other ambient
+// OPENAI_* setting (organization, project, custom headers) reaches the
+// requests.
 func New(cfg Config) (*Provider, error) {
 	key := cfg.APIKey
 	if key == "" {
-		key = os.Getenv(EnvAPIKey)
-	}
-	if key == "" {
-		return nil, fmt.Errorf("%s: no API key: set Config.APIKey or $%s: %w", Name, EnvAPIKey, errs.InvalidArgument)
+		return nil, fmt.Errorf("%s: no API key: set Config.APIKey: %w", Name, errs.InvalidArgument)
 	}
 	if cfg.MaxTokens < 0 {
 		return nil, fmt.Errorf("%s: MaxTokens %d is negative: %w", Name, cfg.MaxTokens, errs.InvalidArgument)
@@ -91,13 +88,11 @@ func New(cfg Config) (*Provider, error) {
 	}
 	base := cfg.BaseURL
 	if base == "" {
-		base = os.Getenv(EnvBaseURL)
+		base = DefaultBaseURL
 	}
-	if base != "" {
-		opts = append(opts, option.WithBaseURL(base))
-	}
+	opts = append(opts, option.WithBaseURL(base))
 	p := &Provider{
-		client:    openai.NewClient(opts...),
+		client:    responses.NewResponseService(opts...),
 		key:       key,
 		model:     cfg.DefaultModel,
 		maxTokens: cfg.MaxTokens,
@@ -215,7 +210,7 @@ func (p *Provider) call(ctx context.Context, params responses.ResponseNewParams,
 	if onText != nil {
 		return p.stream(ctx, params, onText)
 	}
-	r, err := p.client.Responses.New(ctx, params)
+	r, err := p.client.New(ctx, params)
 	if err != nil {
 		return result{}, false, err
 	}

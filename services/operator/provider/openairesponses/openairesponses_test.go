@@ -17,38 +17,79 @@ import (
 
 func TestNewAPIKey(t *testing.T) {
 	t.Run("missing", func(t *testing.T) {
-		t.Setenv(EnvAPIKey, "")
+		// The environment is never read: a key there does not count.
+		t.Setenv("OPENAI_API_KEY", "sk-env-key")
 		p, err := New(Config{DefaultModel: "gpt-4.1"})
 		if p != nil || !errors.Is(err, errs.InvalidArgument) {
 			t.Fatalf("New = %v, %v; want an InvalidArgument error", p, err)
 		}
-		if want := "openai-responses: no API key: set Config.APIKey or $OPENAI_API_KEY: invalid argument"; err.Error() != want {
+		if want := "openai-responses: no API key: set Config.APIKey: invalid argument"; err.Error() != want {
 			t.Errorf("error = %q, want %q", err, want)
 		}
 	})
-	for _, tc := range []struct {
-		name, cfgKey, envKey, wantAuth string
-	}{
-		{"config", testKey, "sk-env-key", "Bearer " + testKey},
-		{"environment", "", "sk-env-key", "Bearer sk-env-key"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t, httpfake.JSON(200, textResponse("resp_1", "hi")))
-			t.Setenv(EnvAPIKey, tc.envKey)
-			t.Setenv(EnvBaseURL, f.URL()+"/v1")
-			p, err := New(Config{APIKey: tc.cfgKey, DefaultModel: "gpt-4.1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}}); err != nil {
-				t.Fatal(err)
-			}
-			if c := f.Nth(t, 0); c.Header.Get("Authorization") != tc.wantAuth || c.Path != "/v1/responses" {
-				t.Errorf("auth %q path %q, want %q /v1/responses", c.Header.Get("Authorization"), c.Path, tc.wantAuth)
-			}
-		})
+	t.Run("config", func(t *testing.T) {
+		f := newFakeAPI(t, httpfake.JSON(200, textResponse("resp_1", "hi")))
+		p, err := New(Config{APIKey: testKey, BaseURL: f.URL() + "/v1", DefaultModel: "gpt-4.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := f.Nth(t, 0); c.Header.Get("Authorization") != "Bearer "+testKey || c.Path != "/v1/responses" {
+			t.Errorf("auth %q path %q, want the configured key and /v1/responses", c.Header.Get("Authorization"), c.Path)
+		}
+	})
+}
+
+// New reads no environment: OPENAI_API_KEY, OPENAI_BASE_URL (which the
+// operator's wiring reads) and the ambient settings the SDK's NewClient
+// would pick up are all ignored, and without a base URL the request goes
+// to the public API.
+func TestEnvironmentIgnored(t *testing.T) {
+	other := newFakeAPI(t, httpfake.JSON(500, `{"error":{"message":"wrong server"}}`))
+	t.Setenv("OPENAI_API_KEY", "sk-env-key")
+	t.Setenv("OPENAI_BASE_URL", other.URL()+"/v1")
+	t.Setenv("OPENAI_ORG_ID", "org-ambient")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-ambient")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Leak: yes")
+
+	f := newFakeAPI(t, httpfake.JSON(200, textResponse("resp_1", "hi")))
+	p := newTestProvider(t, f)
+	if _, err := p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Nth(t, 0)
+	if got := c.Header.Get("Authorization"); got != "Bearer "+testKey {
+		t.Errorf("Authorization %q, want the configured key", got)
+	}
+	for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "X-Leak"} {
+		if v := c.Header.Get(h); v != "" {
+			t.Errorf("ambient header %s: %q sent", h, v)
+		}
+	}
+
+	var url string
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		url = r.URL.String()
+		return nil, errors.New("not sent")
+	})}
+	p, err := New(Config{APIKey: testKey, HTTPClient: hc, DefaultModel: "gpt-4.1", DisableChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{userText("hi")}})
+	if url != "https://api.openai.com/v1/responses" {
+		t.Errorf("URL %q, want https://api.openai.com/v1/responses", url)
+	}
+	if n := len(other.Requests()); n != 0 {
+		t.Errorf("the OPENAI_BASE_URL server got %d requests, want 0", n)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestName(t *testing.T) {
 	p, err := New(Config{APIKey: testKey})

@@ -56,7 +56,7 @@ func (it *streamItem) outItem() outItem {
 // stream runs a streaming call, passing text deltas (output_text and
 // refusal) to onText, and assembles the response from the events.
 func (p *Provider) stream(ctx context.Context, params responses.ResponseNewParams, onText func(string)) (result, bool, error) {
-	s := p.client.Responses.NewStreaming(ctx, params)
+	s := p.client.NewStreaming(ctx, params)
 	defer s.Close()
 	var (
 		emitted   bool
