@@ -24,7 +24,8 @@
 //     fast-forwarding through what is journaled, and calls (again) the
 //     first step without a result. Writes go through a group commit, so
 //     concurrent workflows share one fsync. The file carries a schema
-//     version, checked at open.
+//     version, checked at open. Finished workflows are deleted after a
+//     retention (journal.Retention); unfinished ones never are.
 //   - temporal: one Temporal workflow per orchestrator workflow, operator
 //     calls and effects as activities, signals as Temporal signals, queries
 //     as Temporal queries, CancelWorkflow as Temporal cancellation. Only

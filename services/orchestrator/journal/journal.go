@@ -25,12 +25,17 @@ import (
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
-// The journal is one bbolt file. Layout (schema version 1):
+// The journal is one bbolt file. Layout (schema version 2):
 //
 //	meta/schema_version   the layout's version, checked at open
 //	meta/secret           HMAC key of page tokens
 //	meta/epoch            bumped at every open; lifecycle sequences start at epoch*1e9
+//	meta/finished         how many finished workflows ended/ holds (u64 BE)
 //	index/<created ns BE><id>  -> status byte (ListWorkflows, newest first)
+//	live/<created ns BE><id>   -> status byte, for RUNNING and SUSPENDED
+//	                      workflows only (what a start reads)
+//	ended/<ended ns BE><id>    -> created ns BE, for finished workflows,
+//	                      oldest end first (what retention deletes)
 //	workflows/<id>/       one bucket per workflow:
 //	    r                 the record (JSON)
 //	    s<n BE>           step n: agent, input, then output or error
@@ -46,11 +51,16 @@ import (
 // structs are the stored format: a field may be added (older files read
 // it as zero), never renamed or given another meaning; anything else
 // bumps schemaVersion, which an older orchestrator then refuses to open.
+// Version 2 added live, ended and meta/finished (indexes.go); Open
+// migrates a version 1 file by building them once.
 
 var (
 	bucketMeta      = []byte("meta")
 	bucketIndex     = []byte("index")
 	bucketWorkflows = []byte("workflows")
+	bucketLive      = []byte("live")
+	bucketEnded     = []byte("ended")
+	keyFinished     = []byte("finished")
 	keyRecord       = []byte("r")
 	keySecret       = []byte("secret")
 	keyEpoch        = []byte("epoch")
@@ -58,7 +68,7 @@ var (
 )
 
 // schemaVersion is the journal layout this build reads and writes.
-const schemaVersion = 1
+const schemaVersion = 2
 
 const (
 	prefixStep   = 's'
@@ -189,6 +199,8 @@ type Journal struct {
 	secret []byte
 	epoch  uint64
 	commit *committer
+	// retain is the background pruning Retain started; Close stops it.
+	retain *retainer
 }
 
 // Open opens (creating if needed) the journal file at path. A file of
@@ -236,17 +248,25 @@ func Open(path string, lockTimeout time.Duration, opts ...OpenOption) (*Journal,
 			return err
 		}
 		// Files written before the version was kept have version 1's
-		// layout.
+		// layout; version 1 is migrated (indexes.go).
+		from := uint64(1)
 		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) < 1 || binary.BigEndian.Uint64(v) > schemaVersion {
 				return fmt.Errorf("%w: the file has schema version %s; this orchestrator reads version %d (run the orchestrator release that wrote it, or start with another --data-dir)",
 					errSchema, schemaOf(v), schemaVersion)
 			}
-		} else if err := meta.Put(keySchema, u64(schemaVersion)); err != nil {
-			return err
+			from = binary.BigEndian.Uint64(v)
 		}
-		for _, b := range [][]byte{bucketIndex, bucketWorkflows} {
+		for _, b := range [][]byte{bucketIndex, bucketWorkflows, bucketLive, bucketEnded} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if from < schemaVersion {
+			if err := migrate(tx, from); err != nil {
+				return fmt.Errorf("migrate from schema version %d to %d: %w", from, schemaVersion, err)
+			}
+			if err := meta.Put(keySchema, u64(schemaVersion)); err != nil {
 				return err
 			}
 		}
@@ -275,6 +295,7 @@ func Open(path string, lockTimeout time.Duration, opts ...OpenOption) (*Journal,
 
 // Close waits for writes in flight, then closes the file.
 func (j *Journal) Close() error {
+	j.retain.stop()
 	j.commit.close()
 	return j.db.Close()
 }
@@ -363,12 +384,12 @@ func readRecord(b *bolt.Bucket) (*record, error) {
 	return &r, nil
 }
 
-// writeRecord stores r and keeps the status index in step.
+// writeRecord stores r and keeps the status indexes in step.
 func writeRecord(tx *bolt.Tx, b *bolt.Bucket, r *record) error {
 	if err := putJSON(b, keyRecord, r); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketIndex).Put(indexKey(r), []byte{byte(r.Status)})
+	return indexStatus(tx, r)
 }
 
 // Create stores a new workflow. When the id exists it returns the
@@ -737,12 +758,13 @@ func (j *Journal) AddSignal(id string, payload []byte, key string, accepted func
 	return seq, duplicate, resumed, err
 }
 
-// Unfinished returns the workflows still RUNNING, oldest first.
+// Unfinished returns the workflows still RUNNING, oldest first. It
+// reads the live index, so finished workflows cost it nothing.
 func (j *Journal) Unfinished() ([]*record, error) {
 	var out []*record
 	err := j.db.View(func(tx *bolt.Tx) error {
 		all := tx.Bucket(bucketWorkflows)
-		return tx.Bucket(bucketIndex).ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucketLive).ForEach(func(k, v []byte) error {
 			if len(v) != 1 || orchestratorv1.WorkflowStatus(v[0]) != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
 				return nil
 			}

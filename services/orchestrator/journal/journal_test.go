@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,9 +30,9 @@ func setSchema(t *testing.T, path string, v []byte) {
 	}
 }
 
-// A journal of another layout is refused at open, naming both versions;
-// one written before the version was kept is read as version 1 and
-// stamped.
+// A journal of a newer layout is refused at open, naming both versions;
+// one written before the version was kept is read as version 1,
+// migrated and stamped (version 1's migration: retention_test.go).
 func TestJournalSchemaVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j, err := Open(path, 0)
@@ -42,8 +43,9 @@ func TestJournalSchemaVersion(t *testing.T) {
 
 	setSchema(t, path, u64(schemaVersion+1))
 	_, err = Open(path, 0)
-	if !errors.Is(err, errSchema) || !strings.Contains(err.Error(), "schema version 2") || !strings.Contains(err.Error(), "reads version 1") {
-		t.Fatalf("Open of a version-2 file = %v; want it refused naming both versions", err)
+	if !errors.Is(err, errSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", schemaVersion+1)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("reads version %d", schemaVersion)) {
+		t.Fatalf("Open of a version-%d file = %v; want it refused naming both versions", schemaVersion+1, err)
 	}
 
 	setSchema(t, path, nil)

@@ -63,6 +63,11 @@ const (
 	DefaultSubscriberBufferBytes = lifecycle.DefaultSubscriberBufferBytes
 	DefaultEventLogPoll          = time.Second
 	DefaultTemporalNS            = "default"
+	// DefaultRetention and DefaultRetentionMaxWorkflows bound the
+	// finished workflows the journal keeps: a week, and 100000 (about
+	// 470 MiB of trivial workflows; see the README's "Retention").
+	DefaultRetention             = 7 * 24 * time.Hour
+	DefaultRetentionMaxWorkflows = 100_000
 )
 
 // Config is everything Run needs to serve the orchestrator: what its
@@ -129,6 +134,17 @@ type Config struct {
 	// to release journal.db (--lock-timeout, default
 	// journal.DefaultLockTimeout).
 	LockTimeout time.Duration
+	// Retention deletes a finished workflow (COMPLETED, FAILED,
+	// CANCELED) from the bolt backend's journal once it ended this long
+	// ago (--retention, default DefaultRetention; at least
+	// journal.MinRetention). Negative: any age (the flag's 0). RUNNING
+	// and SUSPENDED workflows are never deleted. Pruning runs at start
+	// and then every minute, in small transactions (journal.Retain).
+	Retention time.Duration
+	// RetentionMaxWorkflows deletes the finished workflows that ended
+	// first beyond this many (--retention-max-workflows, default
+	// DefaultRetentionMaxWorkflows). Negative: any number (the flag's 0).
+	RetentionMaxWorkflows int
 	// Temporal configures the temporal backend.
 	Temporal Temporal
 
@@ -214,6 +230,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if f := c.Engine.WarnFraction; f.IsNegative() || f.GreaterThan(decimal.NewFromInt(1)) {
 		return c, fmt.Errorf("--budget-warn-fraction %q: want a number in (0, 1], e.g. 0.8", f.String())
+	}
+	// From here on, 0 is no bound (journal.Retention's zero).
+	switch {
+	case c.Retention == 0:
+		c.Retention = DefaultRetention
+	case c.Retention < 0:
+		c.Retention = 0
+	case c.Retention < journal.MinRetention:
+		return c, fmt.Errorf("--retention %s: want 0 (keep finished workflows for any age) or at least %s: a workflow is read just after it ends", c.Retention, journal.MinRetention)
+	}
+	switch {
+	case c.RetentionMaxWorkflows == 0:
+		c.RetentionMaxWorkflows = DefaultRetentionMaxWorkflows
+	case c.RetentionMaxWorkflows < 0:
+		c.RetentionMaxWorkflows = 0
 	}
 	for _, p := range []*grpcclient.Config{&c.State, &c.Operator, &c.Environment, &c.Middleware.Client} {
 		p.Dev = p.Dev || c.Server.Dev
@@ -340,7 +371,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		defer j.Close()
-		log.Info("journal", "file", path, "agents", len(reg.Agents()))
+		log.Info("journal", "file", path, "agents", len(reg.Agents()),
+			"retention", cfg.Retention.String(), "retention_max_workflows", cfg.RetentionMaxWorkflows)
 		// Each start begins at the next billion: sequences keep
 		// increasing across restarts.
 		busOpts.StartSequence = j.Epoch() * 1_000_000_000
@@ -356,6 +388,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if n > 0 {
 			log.Info("resumed unfinished workflows", "count", n)
 		}
+		// Finished workflows beyond the bounds are deleted now and every
+		// minute, in the background; Close stops it.
+		j.Retain(journal.Retention{MaxAge: cfg.Retention, MaxWorkflows: cfg.RetentionMaxWorkflows}, log)
 		engine, stopEngine = eng, eng.Close
 	}
 	defer bus.Close()

@@ -51,6 +51,7 @@ func TestRunRefusesABadConfig(t *testing.T) {
 		{"warn fraction below 0", func(c *serve.Config) { c.Engine.WarnFraction = decimal.RequireFromString("-0.1") }, `--budget-warn-fraction "-0.1"`},
 		{"missing registry", func(c *serve.Config) { c.Agents = filepath.Join(dir, "none.yaml") }, "none.yaml"},
 		{"data dir is a file", func(c *serve.Config) { c.DataDir = notADir }, "--data-dir"},
+		{"retention below a minute", func(c *serve.Config) { c.Retention = 30 * time.Second }, "--retention 30s: want 0 (keep finished workflows for any age) or at least 1m0s"},
 		{"insecure server", func(c *serve.Config) { c.Server.Dev = false }, "--auth-policy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

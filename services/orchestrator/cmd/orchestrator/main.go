@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.Agents, "agents", "", "YAML file of the agent registry (required): agent id -> operator or environment address and defaults")
 	fs.StringVar(&cfg.DataDir, "data-dir", serve.DefaultDataDir, "directory of the workflow journal (journal.db)")
 	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another process to release journal.db")
+	retention := fs.Duration("retention", serve.DefaultRetention, "delete a finished workflow (COMPLETED, FAILED, CANCELED) from the journal this long after it ended (at least "+journal.MinRetention.String()+"); 0: keep them for any age. RUNNING and SUSPENDED workflows are never deleted")
+	retentionMax := fs.Int("retention-max-workflows", serve.DefaultRetentionMaxWorkflows, "most finished workflows the journal keeps; those that ended first are deleted beyond it (but none that ended less than "+journal.MinRetention.String()+" ago); 0: any number")
 	fs.Uint64Var(&cfg.Engine.MaxSteps, "max-steps", orchestrator.DefaultMaxSteps, "most operator calls one workflow may make")
 	fs.IntVar(&cfg.Engine.Workers, "workers", orchestrator.DefaultWorkers, "DispatchMany's concurrency when the request names none")
 	fs.IntVar(&cfg.EventsBuffer, "events-buffer", serve.DefaultEventsBuffer, "lifecycle events kept for subscribers that reconnect with after_sequence")
@@ -111,6 +114,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("--budget-warn-fraction %q: want a number in (0, 1], e.g. 0.8", *warn)
 	}
 	cfg.Engine.WarnFraction = frac
+	// 0 turns a retention bound off, which Config spells negative (its
+	// zero is the default); the rest of the range is Run's check.
+	if *retention < 0 {
+		return fmt.Errorf("--retention %s: want 0 (keep finished workflows for any age) or at least %s", *retention, journal.MinRetention)
+	}
+	if *retentionMax < 0 {
+		return fmt.Errorf("--retention-max-workflows %d: want 0 (keep any number of finished workflows) or more", *retentionMax)
+	}
+	cfg.Retention, cfg.RetentionMaxWorkflows = cmp.Or(*retention, -1), cmp.Or(*retentionMax, -1)
 	cfg.Engine.MaxDepth = uint32(min(*maxDepth, 1<<16))
 	log, err := logging.New(stderr, logging.Options{Level: *logLevel, Format: *logFormat, Service: "orchestrator"})
 	if err != nil {
