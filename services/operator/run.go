@@ -470,7 +470,11 @@ func build(ctx context.Context, cfg Config, oneShot bool) (*Operator, func(), er
 	case cfg.History != nil:
 		opts = append(opts, WithHistory(cfg.History))
 	case cfg.State.Target != "":
-		conn, err := grpcclient.Dial(cfg.State)
+		// A State service that restarts is waited for within the
+		// invocation's deadline, not a failed history read.
+		sc := cfg.State
+		sc.WaitForReady = true
+		conn, err := grpcclient.Dial(sc)
 		if err != nil {
 			return fail(fmt.Errorf("--state-addr: %w", err))
 		}

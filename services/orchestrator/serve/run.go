@@ -366,7 +366,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		path := filepath.Join(cfg.DataDir, "journal.db")
-		j, err := journal.Open(path, cfg.LockTimeout)
+		j, err := journal.Open(path, cfg.LockTimeout, journal.WithLogger(log))
 		if err != nil {
 			return err
 		}
