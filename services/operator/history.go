@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"time"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -40,8 +41,17 @@ type StateHistory struct {
 	Log    *slog.Logger
 }
 
+// HistoryWait bounds how long Load waits for a State service that is
+// down or restarting (its client waits for it to come back, WaitForReady)
+// before the invocation fails UNAVAILABLE, OPERATOR_RETRYABLE: a restart
+// is ridden out, a State that stays away is reported, and the caller's
+// retries take over.
+const HistoryWait = 10 * time.Second
+
 // Load implements History.
 func (h StateHistory) Load(ctx context.Context, sessionID string, maxEntries int) ([]provider.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, HistoryWait)
+	defer cancel()
 	sc := scope.Session(sessionID)
 	var keys []string
 	token := ""
