@@ -99,8 +99,9 @@ func TestDamagedJournal(t *testing.T) {
 			}
 		}
 		t.Log(warning)
-		for _, want := range []string{"ERROR", "file=" + path, fmt.Sprintf("opened_txid=%d", l.Txid-1),
-			fmt.Sprintf("possibly_missing_txid=%d", l.Txid), fmt.Sprintf("bad_meta_page=%d", l.NewerMeta())} {
+		// The service's own JSON log line.
+		for _, want := range []string{`"level":"ERROR"`, fmt.Sprintf("%q:%q", "file", path), fmt.Sprintf(`"opened_txid":%d`, l.Txid-1),
+			fmt.Sprintf(`"possibly_missing_txid":%d`, l.Txid), fmt.Sprintf(`"bad_meta_page":%d`, l.NewerMeta())} {
 			if !strings.Contains(warning, want) {
 				t.Errorf("the fallback warning %q does not say %q", warning, want)
 			}
