@@ -713,17 +713,33 @@ const queryAttempts = 4
 // again while the caller's context allows. One that still did not
 // answer is UNAVAILABLE, which callers retry.
 func (e *Engine) query(ctx context.Context, id, name string, args ...any) (converter.EncodedValue, error) {
+	// Keep a fifth of the caller's time (at most a second) to answer
+	// UNAVAILABLE, which the caller retries, rather than let its deadline
+	// pass in a query that is still waiting for a worker.
+	qctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		margin := min(time.Until(dl)/5, time.Second)
+		var cancel context.CancelFunc
+		qctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+		defer cancel()
+	}
 	var err error
 	for attempt := 0; attempt < queryAttempts; attempt++ {
 		var v converter.EncodedValue
-		v, err = e.c.QueryWorkflow(ctx, id, "", name, args...)
+		v, err = e.c.QueryWorkflow(qctx, id, "", name, args...)
 		if err == nil {
 			return v, nil
 		}
 		err = temporalErr(err, id)
-		if ctx.Err() != nil || !errors.Is(err, errs.DeadlineExceeded) {
+		if ctx.Err() != nil {
 			return nil, err
 		}
+		if qctx.Err() != nil || !errors.Is(err, errs.DeadlineExceeded) {
+			break
+		}
+	}
+	if qctx.Err() == nil && !errors.Is(err, errs.DeadlineExceeded) {
+		return nil, err
 	}
 	return nil, fmt.Errorf("workflow %q did not answer in time (its worker may have just stopped; another takes over within seconds): %w", id, errs.Unavailable)
 }
