@@ -122,7 +122,7 @@ func (c *GRPCCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.Oper
 		// A pause, so that a service that accepts connections but is
 		// stopping is not called in a tight loop; then its connection.
 		wctx, cancel := context.WithDeadline(ctx, down.Add(horizon))
-		werr := sleep(wctx, pause)
+		werr := Sleep(wctx, pause)
 		if werr == nil {
 			werr = waitReady(wctx, cc)
 		}
@@ -137,14 +137,15 @@ func (c *GRPCCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.Oper
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (then its cause).
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 }
 

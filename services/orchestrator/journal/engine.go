@@ -80,19 +80,8 @@ func (e *canceledError) Error() string { return e.reason }
 func New(j *Journal, deps orchestrator.Deps, opts orchestrator.Options) *Engine {
 	opts = opts.WithDefaults()
 	base, stop := context.WithCancel(context.Background())
-	return &Engine{j: j, deps: deps, opts: opts, log: opts.Log, sleep: sleepCtx,
+	return &Engine{j: j, deps: deps, opts: opts, log: opts.Log, sleep: orchestrator.Sleep,
 		base: base, stop: stop, runs: map[string]*run{}, waits: map[string]*orchestrator.Wait{}}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // publish sends a lifecycle event; without a bus it is dropped.
@@ -351,7 +340,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, e
 			if e.base.Err() != nil {
 				return nil, fmt.Errorf("%v: %w", errShutdown, errs.Unavailable)
 			}
-			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			if err := orchestrator.Sleep(ctx, 10*time.Millisecond); err != nil {
 				return nil, err
 			}
 			continue

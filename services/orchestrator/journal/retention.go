@@ -81,7 +81,7 @@ func (j *Journal) prune(ctx context.Context, r Retention, now func() time.Time) 
 		if err != nil || !more {
 			return total, err
 		}
-		if err := sleepCtx(ctx, pruneYield*time.Since(t0)); err != nil {
+		if err := orchestrator.Sleep(ctx, pruneYield*time.Since(t0)); err != nil {
 			return total, err
 		}
 	}
@@ -235,7 +235,7 @@ func (j *Journal) Retain(r Retention, log *slog.Logger) {
 				log.Info("pruned finished workflows from the journal", "deleted", n, "finished_kept", kept,
 					"took", time.Since(t0).String(), "max_age", r.MaxAge.String(), "max_workflows", r.MaxWorkflows)
 			}
-			if sleepCtx(ctx, r.Interval) != nil {
+			if orchestrator.Sleep(ctx, r.Interval) != nil {
 				return
 			}
 		}
