@@ -316,6 +316,10 @@ func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput,
 				Scope: scope.Session(r.in.GetSessionId()),
 				Key:   fmt.Sprintf("%s%020d-%s", HistoryPrefix, r.start.UnixNano(), shortKey(r.keyBase)),
 				Value: value,
+				// History is read back by key, not searched, unless the
+				// agent asks for it (indexing would cost more than the
+				// write).
+				Unindexed: !r.in.GetConfig().GetSearchableHistory(),
 			}},
 		}
 		if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{

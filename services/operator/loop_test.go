@@ -398,6 +398,11 @@ func TestEffects(t *testing.T) {
 	if h == nil || h.GetScope().GetSession().GetSessionId() != "sess-1" || !strings.HasPrefix(h.GetKey(), operator.HistoryPrefix) || effs[0].GetIdempotencyKey() != "d-7/history" {
 		t.Fatalf("history effect %v", effs[0])
 	}
+	// History is stored unindexed unless the agent asks for it to be
+	// searchable; the model's own write_memory is indexed as before.
+	if !h.GetUnindexed() || effs[1].GetWriteMemory().GetUnindexed() {
+		t.Errorf("unindexed: history %v, write_memory %v; want true, false", h.GetUnindexed(), effs[1].GetWriteMemory().GetUnindexed())
+	}
 	if w := effs[1].GetWriteMemory(); w == nil || w.GetKey() != "fact" || effs[1].GetIdempotencyKey() != "d-7/effect/1" ||
 		w.GetValue().GetStructValue().GetFields()["sky"].GetStringValue() != "blue" {
 		t.Fatalf("write effect %v", effs[1])
@@ -412,6 +417,11 @@ func TestEffects(t *testing.T) {
 		if again.GetEffects()[i].GetIdempotencyKey() != effs[i].GetIdempotencyKey() {
 			t.Fatalf("effect %d key changed on retry", i)
 		}
+	}
+	// An agent that wants searchable history gets an indexed entry.
+	in.Config = &operatorv1.OperatorConfig{SearchableHistory: proto.Bool(true)}
+	if h := execute(t, c, in).GetEffects()[0].GetWriteMemory(); h == nil || h.GetUnindexed() {
+		t.Fatalf("history effect with searchable_history: %v", h)
 	}
 }
 

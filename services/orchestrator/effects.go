@@ -109,7 +109,7 @@ func ApplyEffect(ctx context.Context, env EffectEnv, wfID, agentID, key string, 
 	case *typesv1.Effect_WriteMemory:
 		m := k.WriteMemory
 		return stateCall(ctx, env, "write", func(ctx context.Context) (string, error) {
-			resp, err := env.State.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: StateKey(wfID, key)})
+			resp, err := env.State.Write(ctx, &statev1.WriteRequest{Scope: m.GetScope(), Key: m.GetKey(), Value: m.GetValue(), IdempotencyKey: StateKey(wfID, key), Unindexed: m.GetUnindexed()})
 			if err != nil {
 				return "", err
 			}

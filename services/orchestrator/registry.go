@@ -65,6 +65,9 @@ type AgentDefaults struct {
 	// means no tools at all.
 	AllowedTools   []string
 	SystemAddendum string
+	// SearchableHistory makes the conversation history of its invocations
+	// full-text indexed by the State service (off: stored, not indexed).
+	SearchableHistory bool
 	// Metadata is merged into the input's metadata; keys in the input win.
 	Metadata *structpb.Struct
 }
@@ -179,6 +182,7 @@ func LoadRegistry(path string) (*Registry, error) {
 //	    max_duration: 2m
 //	    allowed_tools: [read, write_memory, delegate]
 //	    system_addendum: "Cite sources."
+//	    searchable_history: true
 //	    metadata: {team: research}
 //	  - id: sandboxed
 //	    environment: 127.0.0.1:7073  # an environment service address
@@ -205,6 +209,9 @@ func LoadRegistry(path string) (*Registry, error) {
 //   - allowed_tools: tool names; [] means no tools at all, absent means
 //     the operator's default.
 //   - system_addendum: appended to the operator's system prompt.
+//   - searchable_history: true makes the conversation history of the
+//     agent's sessions full-text searchable in the State service; by
+//     default it is stored and read back, not indexed (cheaper).
 //   - metadata: a mapping merged into every invocation's metadata.
 //   - retry: max_attempts (1 to 20, counting the first; default 3),
 //     initial_backoff (default 200ms) and max_backoff (default 5s),
@@ -280,6 +287,9 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.SystemAddendum == nil && d.SystemAddendum != "" {
 		cfg.SystemAddendum = proto.String(d.SystemAddendum)
 	}
+	if cfg.SearchableHistory == nil && d.SearchableHistory {
+		cfg.SearchableHistory = proto.Bool(true)
+	}
 	if out.Config != nil || proto.Size(cfg) > 0 {
 		out.Config = cfg
 	}
@@ -308,6 +318,7 @@ type agentEntry struct {
 	MaxDuration    json.RawMessage `json:"max_duration"`
 	AllowedTools   []string        `json:"allowed_tools"` // [] is non-nil
 	SystemAddendum *string         `json:"system_addendum"`
+	SearchableHist *bool           `json:"searchable_history"`
 	Metadata       json.RawMessage `json:"metadata"`
 	Retry          *retryEntry     `json:"retry"`
 }
@@ -456,6 +467,9 @@ func mergeEntries(def, e agentEntry) agentEntry {
 	if m.SystemAddendum == nil {
 		m.SystemAddendum = def.SystemAddendum
 	}
+	if m.SearchableHist == nil {
+		m.SearchableHist = def.SearchableHist
+	}
 	if !isSet(m.Metadata) {
 		m.Metadata = def.Metadata
 	}
@@ -541,6 +555,9 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 	}
 	if e.SystemAddendum != nil {
 		d.SystemAddendum = *e.SystemAddendum
+	}
+	if e.SearchableHist != nil {
+		d.SearchableHistory = *e.SearchableHist
 	}
 	if isSet(e.Metadata) {
 		md := &structpb.Struct{}

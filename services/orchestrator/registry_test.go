@@ -335,11 +335,11 @@ func TestParseRegistryInheritance(t *testing.T) {
 			orchestrator.Agent{ID: "a", Operator: "x", Retry: defaultRetry, Defaults: orchestrator.AgentDefaults{
 				Model: "own", MaxTurns: 3, AllowedTools: []string{}, Metadata: regStruct(t, map[string]any{"b": 3}),
 				SystemAddendum: "s", Budget: regUSD("0")}}},
-		{"inherited fields", "defaults: {operator: x, model: m, downgrade_model: d, budget: '2', max_cost: 0.1, max_turns: 3, max_duration: 1h, allowed_tools: [read], metadata: {a: 1}, system_addendum: s}\n" +
+		{"inherited fields", "defaults: {operator: x, model: m, downgrade_model: d, budget: '2', max_cost: 0.1, max_turns: 3, max_duration: 1h, allowed_tools: [read], metadata: {a: 1}, system_addendum: s, searchable_history: true}\n" +
 			"agents: [{id: a}]",
 			orchestrator.Agent{ID: "a", Operator: "x", Retry: defaultRetry, Defaults: orchestrator.AgentDefaults{
 				Model: "m", DowngradeModel: "d", Budget: regUSD("2"), MaxCost: regUSD("0.1"), MaxTurns: 3, MaxDuration: time.Hour,
-				AllowedTools: []string{"read"}, Metadata: regStruct(t, map[string]any{"a": 1}), SystemAddendum: "s"}}},
+				AllowedTools: []string{"read"}, Metadata: regStruct(t, map[string]any{"a": 1}), SystemAddendum: "s", SearchableHistory: true}}},
 		{"downgrade_model without model", "agents: [{id: a, operator: x, downgrade_model: d}]",
 			orchestrator.Agent{ID: "a", Operator: "x", Retry: defaultRetry, Defaults: orchestrator.AgentDefaults{DowngradeModel: "d"}}},
 		{"money forms", "agents: [{id: a, operator: x, budget: 0.0000001, max_cost: '12.50'}]",
@@ -382,6 +382,8 @@ func TestApply(t *testing.T) {
 		AllowedTools:   []string{"read", "write"},
 		SystemAddendum: "Cite sources.",
 		Metadata:       regStruct(t, map[string]any{"team": "research", "tier": 1}),
+
+		SearchableHistory: true,
 	}}
 	noTools := &orchestrator.Agent{ID: "b", Operator: "x", Defaults: orchestrator.AgentDefaults{AllowedTools: []string{}}}
 	bare := &orchestrator.Agent{ID: "c", Operator: "x"}
@@ -392,6 +394,8 @@ func TestApply(t *testing.T) {
 		Model:          proto.String("m"),
 		AllowedTools:   &operatorv1.AllowedTools{Names: []string{"read", "write"}},
 		SystemAddendum: proto.String("Cite sources."),
+
+		SearchableHistory: proto.Bool(true),
 	}
 	own := &operatorv1.OperatorConfig{
 		MaxTurns:       proto.Uint32(2),
@@ -400,6 +404,8 @@ func TestApply(t *testing.T) {
 		Model:          proto.String("own"),
 		AllowedTools:   &operatorv1.AllowedTools{Names: []string{"ls"}},
 		SystemAddendum: proto.String("Be brief."),
+
+		SearchableHistory: proto.Bool(false),
 	}
 	// Set to the zero value: still set, so kept.
 	zeros := &operatorv1.OperatorConfig{
@@ -409,6 +415,8 @@ func TestApply(t *testing.T) {
 		Model:          proto.String(""),
 		AllowedTools:   &operatorv1.AllowedTools{},
 		SystemAddendum: proto.String(""),
+
+		SearchableHistory: proto.Bool(false),
 	}
 	tests := []struct {
 		name  string
@@ -448,6 +456,7 @@ func TestApply(t *testing.T) {
 				in.Config = &operatorv1.OperatorConfig{
 					MaxTurns: proto.Uint32(7), MaxCost: &typesv1.Money{Amount: "0.25"}, MaxDuration: durationpb.New(2 * time.Minute),
 					Model: proto.String("own"), AllowedTools: &operatorv1.AllowedTools{}, SystemAddendum: proto.String("Cite sources."),
+					SearchableHistory: proto.Bool(true),
 				}
 				in.Metadata = regStruct(t, map[string]any{"team": "research", "tier": 1})
 			})},

@@ -437,8 +437,12 @@ type OperatorConfig struct {
 	AllowedTools *AllowedTools `protobuf:"bytes,5,opt,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
 	// Appended to the system prompt; augments, never replaces, the identity.
 	SystemAddendum *string `protobuf:"bytes,6,opt,name=system_addendum,json=systemAddendum,proto3,oneof" json:"system_addendum,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Make the conversation history this invocation writes searchable
+	// (full-text indexed by the State service). Unset or false: history is
+	// stored for reading back but not indexed, which is cheaper.
+	SearchableHistory *bool `protobuf:"varint,7,opt,name=searchable_history,json=searchableHistory,proto3,oneof" json:"searchable_history,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *OperatorConfig) Reset() {
@@ -513,6 +517,13 @@ func (x *OperatorConfig) GetSystemAddendum() string {
 	return ""
 }
 
+func (x *OperatorConfig) GetSearchableHistory() bool {
+	if x != nil && x.SearchableHistory != nil {
+		return *x.SearchableHistory
+	}
+	return false
+}
+
 var File_layer0_operator_v1_input_proto protoreflect.FileDescriptor
 
 const file_layer0_operator_v1_input_proto_rawDesc = "" +
@@ -549,18 +560,20 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"\xfb\x02\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\xc6\x03\n" +
 	"\x0eOperatorConfig\x12)\n" +
 	"\tmax_turns\x18\x01 \x01(\rB\a\xbaH\x04*\x02(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
 	"\bmax_cost\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCost\x12F\n" +
 	"\fmax_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\vmaxDuration\x12\"\n" +
 	"\x05model\x18\x04 \x01(\tB\a\xbaH\x04r\x02\x10\x01H\x01R\x05model\x88\x01\x01\x12E\n" +
 	"\rallowed_tools\x18\x05 \x01(\v2 .layer0.operator.v1.AllowedToolsR\fallowedTools\x12,\n" +
-	"\x0fsystem_addendum\x18\x06 \x01(\tH\x02R\x0esystemAddendum\x88\x01\x01B\f\n" +
+	"\x0fsystem_addendum\x18\x06 \x01(\tH\x02R\x0esystemAddendum\x88\x01\x01\x122\n" +
+	"\x12searchable_history\x18\a \x01(\bH\x03R\x11searchableHistory\x88\x01\x01B\f\n" +
 	"\n" +
 	"_max_turnsB\b\n" +
 	"\x06_modelB\x12\n" +
-	"\x10_system_addendum*\xc5\x01\n" +
+	"\x10_system_addendumB\x15\n" +
+	"\x13_searchable_history*\xc5\x01\n" +
 	"\vTriggerType\x12\x1c\n" +
 	"\x18TRIGGER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TRIGGER_TYPE_USER\x10\x01\x12\x15\n" +

@@ -152,8 +152,14 @@ type WriteRequest struct {
 	// Keys are remembered for the server's retention (default 24h); a
 	// failed attempt is not remembered. Empty: no deduplication.
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Store the value without adding it to the full-text index: Read and
+	// List see it as usual, Search never returns this key (an earlier
+	// indexed value of the key leaves the index). For data nobody searches,
+	// such as conversation history, whose indexing would cost more than the
+	// write. A later Write without it indexes the key again.
+	Unindexed     bool `protobuf:"varint,6,opt,name=unindexed,proto3" json:"unindexed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteRequest) Reset() {
@@ -219,6 +225,13 @@ func (x *WriteRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *WriteRequest) GetUnindexed() bool {
+	if x != nil {
+		return x.Unindexed
+	}
+	return false
 }
 
 // WriteResponse is the result of Write.
@@ -784,13 +797,14 @@ const file_layer0_state_v1_state_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\"X\n" +
 	"\fReadResponse\x12,\n" +
 	"\x05value\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x90\x02\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xae\x02\n" +
 	"\fWriteRequest\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12\x19\n" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\x124\n" +
 	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x06\xbaH\x03\xc8\x01\x01R\x05value\x120\n" +
 	"\x11expected_revision\x18\x04 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x121\n" +
-	"\x0fidempotency_key\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x0eidempotencyKeyB\x14\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x0eidempotencyKey\x12\x1c\n" +
+	"\tunindexed\x18\x06 \x01(\bR\tunindexedB\x14\n" +
 	"\x12_expected_revision\"G\n" +
 	"\rWriteResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x1a\n" +

@@ -280,7 +280,10 @@ type WriteMemory struct {
 	// The key within the scope.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The value, any JSON value.
-	Value         *structpb.Value `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Value *structpb.Value `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Store without full-text indexing (layer0.state.v1.WriteRequest
+	// unindexed): State Search does not find it.
+	Unindexed     bool `protobuf:"varint,4,opt,name=unindexed,proto3" json:"unindexed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,13 @@ func (x *WriteMemory) GetValue() *structpb.Value {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *WriteMemory) GetUnindexed() bool {
+	if x != nil {
+		return x.Unindexed
+	}
+	return false
 }
 
 // DeleteMemory deletes one key from a scope. Deleting a missing key is a
@@ -771,11 +781,12 @@ const file_layer0_types_v1_effect_proto_rawDesc = "" +
 	"\ahandoff\x18\x0e \x01(\v2\x18.layer0.types.v1.HandoffH\x00R\ahandoff\x12.\n" +
 	"\x03log\x18\x0f \x01(\v2\x1a.layer0.types.v1.LogEffectH\x00R\x03log\x127\n" +
 	"\x06custom\x18\x10 \x01(\v2\x1d.layer0.types.v1.CustomEffectH\x00R\x06customB\r\n" +
-	"\x04kind\x12\x05\xbaH\x02\b\x01\"\x94\x01\n" +
+	"\x04kind\x12\x05\xbaH\x02\b\x01\"\xb2\x01\n" +
 	"\vWriteMemory\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12\x19\n" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\x124\n" +
-	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x06\xbaH\x03\xc8\x01\x01R\x05value\"_\n" +
+	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x06\xbaH\x03\xc8\x01\x01R\x05value\x12\x1c\n" +
+	"\tunindexed\x18\x04 \x01(\bR\tunindexed\"_\n" +
 	"\fDeleteMemory\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12\x19\n" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\"}\n" +
