@@ -4,7 +4,7 @@
 # COUNT times (default 3); medians are reported, with the ratio of CPU time
 # per model call to the hand-written openai-go loop (target: <= 1.1x).
 #   OperatorLoop       grpcclient -> operator service (full server chain)
-#                      -> OpenAI-compatible provider -> local mock -> tool
+#                      -> OpenAI-compatible provider -> mock (own process) -> tool
 #   OperatorInProcess  the same loop called in process (no gRPC hop)
 #   HandLoop           a minimal loop on openai-go against the same mock
 # It only reports: a missed target is printed as MISSED, never an exit

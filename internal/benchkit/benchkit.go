@@ -1,7 +1,9 @@
 // Package benchkit is the timing loop the services' benchmarks share:
 // b.N calls split over a fixed number of goroutines, each call timed into
 // a slice allocated before the timer starts, with throughput, latency
-// percentiles and the process's CPU time. It is imported only by _test
+// percentiles and the process's CPU time; and StartMockModel, which runs
+// the OpenAI-compatible mock model server (the mockmodel command in this
+// directory) in a process of its own. It is imported only by _test
 // files.
 package benchkit
 

@@ -3,11 +3,8 @@ package benchmark
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"strconv"
@@ -20,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	"github.com/secbear/neuron/internal/benchkit"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
@@ -33,29 +31,12 @@ import (
 
 const model = "mock-1"
 
-// Canned replies of the mock: a tool call, then (after the tool result)
-// a final answer. Both are what a real Chat Completions server sends.
-var (
-	toolCallReply = []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"mock-1","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"noop","arguments":"{\"n\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`)
-	finalReply    = []byte(`{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"mock-1","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":70,"completion_tokens":2,"total_tokens":72}}`)
-)
-
-// mock answers instantly: a tool call unless the last message is a tool
-// result.
+// mock starts the OpenAI-compatible mock model in its own process
+// (internal/benchkit/mockmodel), so that its CPU is not in the
+// measurement: one call of the noop tool, then (after the tool result) a
+// final answer, both what a real Chat Completions server sends.
 func mock(tb testing.TB) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		// The last message's role decides; a cheap scan avoids making the
-		// mock's own JSON decoding part of the measurement.
-		if i := strings.LastIndex(string(body), `"role":"`); i >= 0 && strings.HasPrefix(string(body[i+8:]), "tool") {
-			_, _ = w.Write(finalReply)
-			return
-		}
-		_, _ = w.Write(toolCallReply)
-	}))
-	tb.Cleanup(srv.Close)
-	return srv.URL + "/v1"
+	return benchkit.StartMockModel(tb, 1, "noop", `{"n":1}`).URL
 }
 
 type noop struct{}
