@@ -72,12 +72,13 @@ run: build ## Bring the whole system up locally and run the sample workflow; Ctr
 	bash scripts/run.sh $(RUN_ARGS)
 
 .PHONY: bench
-bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator and environment tables (scripts/bench-*.sh).
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$ -e /services/environment/benchmark)
+bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator, environment and startup tables (scripts/bench-*.sh).
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$ -e /services/environment/benchmark -e /internal/startbench)
 	bash scripts/bench-state.sh
 	bash scripts/bench-operator.sh
 	bash scripts/bench-orchestrator.sh
 	bash scripts/bench-environment.sh
+	bash scripts/bench-startup.sh
 
 .PHONY: clean
 clean: ## Remove build output.

@@ -1,0 +1,197 @@
+package startbench
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/secbear/neuron/internal/proc"
+	"github.com/secbear/neuron/internal/testenv"
+)
+
+// idle is how long a started process is left alone before its memory is
+// read: long enough for start-up's goroutines to settle and for the
+// runtime's first background work to be over.
+const idle = 2 * time.Second
+
+// poll is the interval of the health Checks while a process starts.
+const poll = time.Millisecond
+
+// target is one binary under measurement.
+type target struct {
+	name string
+	pkg  string
+	// envPrefix: the benchmark's own variables with this prefix are not
+	// passed on, so that flags are the whole configuration.
+	envPrefix string
+	// args is the command line for a process listening on addr, with
+	// its data under dir (kept between iterations). bins holds the
+	// built binaries by name.
+	args func(addr, dir string, bins map[string]string) []string
+}
+
+var targets = []target{
+	{name: "bare", pkg: "github.com/secbear/neuron/internal/startbench/testdata/bare",
+		args: func(addr, _ string, _ map[string]string) []string { return []string{"--addr", addr} }},
+	{name: "state", pkg: "github.com/secbear/neuron/services/state/cmd/state", envPrefix: "NEURON_STATE",
+		args: func(addr, dir string, _ map[string]string) []string {
+			return []string{"--dev", "--addr", addr, "--data-dir", filepath.Join(dir, "state")}
+		}},
+	{name: "operator", pkg: "github.com/secbear/neuron/services/operator/cmd/operator", envPrefix: "NEURON_OPERATOR",
+		args: func(addr, dir string, _ map[string]string) []string {
+			return []string{"--dev", "--addr", addr, "--workspace", filepath.Join(dir, "workspace")}
+		}},
+	{name: "orchestrator", pkg: "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator", envPrefix: "NEURON_ORCHESTRATOR",
+		args: func(addr, dir string, _ map[string]string) []string {
+			// The State service is dialled lazily, on the first memory
+			// effect: an address nothing listens on is enough to serve.
+			return []string{"--dev", "--addr", addr, "--agents", filepath.Join(dir, "agents.yaml"),
+				"--data-dir", filepath.Join(dir, "journal"), "--state-addr", "127.0.0.1:1"}
+		}},
+	{name: "environment", pkg: "github.com/secbear/neuron/services/environment/cmd/environment", envPrefix: "NEURON_ENVIRONMENT",
+		args: func(addr, dir string, bins map[string]string) []string {
+			// The process backend, the default: it checks that the
+			// operator binary is executable and runs nothing until a Run.
+			return []string{"--dev", "--addr", addr, "--data-dir", filepath.Join(dir, "environment"),
+				"--operator-binary", bins["operator"]}
+		}},
+}
+
+// agents is the smallest agent registry the orchestrator accepts.
+const agents = "defaults:\n  operator: 127.0.0.1:1\nagents:\n  - id: assistant\n"
+
+// BenchmarkStartup starts each binary b.N times (use -benchtime Nx) and
+// reports the medians described in the package comment.
+func BenchmarkStartup(b *testing.B) {
+	if runtime.GOOS != "linux" {
+		b.Skip("startbench reads /proc/<pid>/status: Linux only")
+	}
+	// Every build before any clock starts.
+	bins := map[string]string{}
+	for _, tg := range targets {
+		bins[tg.name] = testenv.BuildStatic(b, tg.pkg)
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := b.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agents), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			fi, err := os.Stat(bins[tg.name])
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := func() sample { return startOnce(b, tg, bins, dir) }
+			start() // warm-up: the page cache, and the data directory created
+			var samples []sample
+			for b.Loop() {
+				samples = append(samples, start())
+			}
+			b.ReportMetric(0, "ns/op") // the wall time of a loop is mostly the idle wait
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.serving.Seconds() * 1e3 }), "exec-to-serving-ms")
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.rss }), "idle-rss-MiB")
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.anon }), "rss-anon-MiB")
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.file }), "rss-file-MiB")
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.peak }), "peak-rss-MiB")
+			b.ReportMetric(float64(fi.Size())/(1<<20), "binary-MiB")
+		})
+	}
+}
+
+// sample is one start of one binary.
+type sample struct {
+	serving time.Duration
+	mem     memory
+}
+
+// startOnce starts tg's binary, waits until it is SERVING, leaves it
+// idle, reads its memory and stops it.
+func startOnce(b *testing.B, tg target, bins map[string]string, dir string) sample {
+	b.Helper()
+	addr := proc.FreeAddr(b)
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The default backoff after a refused connection is a second:
+		// retry at once instead, as the process is about to listen.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: poll, Multiplier: 1, MaxDelay: poll}, MinConnectTimeout: time.Second}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	args := tg.args(addr, dir, bins)
+	logPath := filepath.Join(dir, tg.name+".log")
+
+	t0 := time.Now()
+	p := proc.Start(b, bins[tg.name], proc.Options{Name: tg.name, LogPath: logPath, EnvPrefix: tg.envPrefix}, args...)
+	p.WaitServing(context.Background(), b, health, "", poll)
+	serving := time.Since(t0)
+
+	time.Sleep(idle)
+	mem, err := readMemory(p.Pid())
+	if err != nil {
+		b.Fatalf("%s: %v", tg.name, err)
+	}
+	p.Terminate(b)
+	return sample{serving: serving, mem: mem}
+}
+
+// memory is what /proc/<pid>/status says of a process, in MiB.
+type memory struct {
+	rss, anon, file, peak float64
+}
+
+// readMemory reads VmRSS, RssAnon, RssFile and VmHWM of pid.
+func readMemory(pid int) (memory, error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return memory{}, err
+	}
+	defer f.Close()
+	var m memory
+	fields := map[string]*float64{"VmRSS:": &m.rss, "RssAnon:": &m.anon, "RssFile:": &m.file, "VmHWM:": &m.peak}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		kv := strings.Fields(sc.Text()) // "VmRSS:	   26228 kB"
+		if len(kv) != 3 || kv[2] != "kB" {
+			continue
+		}
+		if p, ok := fields[kv[0]]; ok {
+			kib, err := strconv.ParseFloat(kv[1], 64)
+			if err != nil {
+				return m, err
+			}
+			*p = kib / 1024
+		}
+	}
+	return m, sc.Err()
+}
+
+// median of f over the samples.
+func median(samples []sample, f func(sample) float64) float64 {
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}

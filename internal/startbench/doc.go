@@ -1,0 +1,28 @@
+// Package startbench measures what each service binary costs before it
+// does any work: the time from exec to a SERVING answer of the standard
+// health Check, and the resident memory of the idle process after that,
+// against a bare grpc-go server with health and reflection only
+// (testdata/bare), the floor of any gRPC service in Go.
+//
+// Each binary is built once (CGO_ENABLED=0 -trimpath, as make build does;
+// internal/testenv.BuildStatic) before anything is timed, started once to
+// warm the page cache and create its data directory, then started and
+// stopped (SIGTERM) once per iteration with the smallest dev-mode
+// configuration it accepts. Iterations run one after another, never
+// concurrently. The medians over the iterations are reported:
+//
+//	exec-to-serving-ms  exec until the first health Check answering SERVING
+//	                    (polled every millisecond)
+//	idle-rss-MiB        VmRSS of /proc/<pid>/status after 2 s idle
+//	rss-anon-MiB        RssAnon of the same: heap, stacks, written data
+//	rss-file-MiB        RssFile of the same: the binary's own pages mapped in
+//	peak-rss-MiB        VmHWM, the most resident at any moment of start-up
+//	binary-MiB          the size of the executable
+//
+// It holds only benchmarks, never part of `make test`, and needs Linux
+// (/proc). Timings depend on the machine; the ratios to the bare server
+// are what scripts/bench-startup.sh reports against the targets:
+//
+//	go test -run '^$' -bench . -benchtime 5x ./internal/startbench
+//	scripts/bench-startup.sh    # the same, as a table of ratios
+package startbench
