@@ -72,12 +72,13 @@ run: build ## Bring the whole system up locally and run the sample workflow; Ctr
 	bash scripts/run.sh $(RUN_ARGS)
 
 .PHONY: bench
-bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator, environment and startup tables (scripts/bench-*.sh).
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$ -e /services/environment/benchmark -e /internal/startbench)
+bench: ## Run the benchmarks (never part of make test), then the StateService, operator, orchestrator, environment, whole-path and startup tables (scripts/bench-*.sh).
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /services/state/benchmark -e /services/operator/benchmark -e /services/orchestrator/benchmark -e /services/orchestrator$$ -e /services/environment/benchmark -e /internal/startbench -e /internal/pathbench)
 	bash scripts/bench-state.sh
 	bash scripts/bench-operator.sh
 	bash scripts/bench-orchestrator.sh
 	bash scripts/bench-environment.sh
+	bash scripts/bench-path.sh
 	bash scripts/bench-startup.sh
 
 .PHONY: clean
