@@ -80,10 +80,25 @@ func (r redactHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return r.next.Enabled(ctx, l)
 }
 
+// Handle passes rec on as it is when redaction changes none of its
+// strings (the usual case: nothing is copied), and otherwise a copy with
+// every string redacted.
 func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
-	out := slog.NewRecord(rec.Time, rec.Level, r.redact(rec.Message), rec.PC)
+	msg := r.redact(rec.Message)
+	changed := msg != rec.Message
+	if !changed {
+		rec.Attrs(func(a slog.Attr) bool {
+			_, changed = r.attr(a)
+			return !changed
+		})
+		if !changed {
+			return r.next.Handle(ctx, rec)
+		}
+	}
+	out := slog.NewRecord(rec.Time, rec.Level, msg, rec.PC)
 	rec.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(r.attr(a))
+		red, _ := r.attr(a)
+		out.AddAttrs(red)
 		return true
 	})
 	return r.next.Handle(ctx, out)
@@ -92,7 +107,7 @@ func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
 func (r redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	red := make([]slog.Attr, len(as))
 	for i, a := range as {
-		red[i] = r.attr(a)
+		red[i], _ = r.attr(a)
 	}
 	return redactHandler{r.next.WithAttrs(red), r.redact, r.keys}
 }
@@ -104,55 +119,67 @@ func (r redactHandler) WithGroup(name string) slog.Handler {
 // Redacted is what a secret is replaced with.
 const Redacted = "[REDACTED]"
 
-func (r redactHandler) attr(a slog.Attr) slog.Attr {
+// attr is a redacted, and whether it differs from a: a value that a
+// handler would print otherwise (an error or fmt.Stringer turned into its
+// text, a LogValuer resolved) counts as changed.
+func (r redactHandler) attr(a slog.Attr) (slog.Attr, bool) {
 	key := r.redact(a.Key)
 	if r.keys && SecretKey(a.Key) {
-		return slog.String(key, Redacted)
+		return slog.String(key, Redacted), true
+	}
+	changed := key != a.Key
+	if a.Value.Kind() == slog.KindLogValuer {
+		changed = true
 	}
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(key, r.redact(v.String()))
+		s := v.String()
+		red := r.redact(s)
+		return slog.String(key, red), changed || red != s
 	case slog.KindGroup:
 		g := v.Group()
 		red := make([]slog.Attr, len(g))
 		for i, ga := range g {
-			red[i] = r.attr(ga)
+			var c bool
+			red[i], c = r.attr(ga)
+			changed = changed || c
 		}
-		return slog.Attr{Key: key, Value: slog.GroupValue(red...)}
+		return slog.Attr{Key: key, Value: slog.GroupValue(red...)}, changed
 	case slog.KindAny:
 		switch x := v.Any().(type) {
 		case error:
-			return slog.String(key, r.redact(x.Error()))
+			return slog.String(key, r.redact(x.Error())), true
 		case fmt.Stringer:
-			return slog.String(key, r.redact(x.String()))
+			return slog.String(key, r.redact(x.String())), true
 		case []byte:
 			if red := r.redact(string(x)); red != string(x) {
-				return slog.String(key, red)
+				return slog.String(key, red), true
 			}
 		}
-		return slog.Attr{Key: key, Value: r.anyValue(v)}
+		red, c := r.anyValue(v)
+		return slog.Attr{Key: key, Value: red}, changed || c
 	default:
-		return slog.Attr{Key: key, Value: v}
+		return slog.Attr{Key: key, Value: v}, changed
 	}
 }
 
 // anyValue returns v, a value of kind Any, unchanged unless its text as
 // a text handler (%+v) or a JSON handler would print it holds something
-// to redact; then that text, redacted.
-func (r redactHandler) anyValue(v slog.Value) slog.Value {
+// to redact; then that text, redacted (and true).
+func (r redactHandler) anyValue(v slog.Value) (slog.Value, bool) {
 	x := v.Any()
 	if x == nil {
-		return v
+		return v, false
 	}
 	text := fmt.Sprintf("%+v", x)
 	if red := r.redact(text); red != text {
-		return slog.StringValue(red)
+		return slog.StringValue(red), true
 	}
 	if js, err := json.Marshal(x); err == nil {
 		if red := r.redact(string(js)); red != string(js) {
-			return slog.StringValue(red)
+			return slog.StringValue(red), true
 		}
 	}
-	return v
+	return v, false
 }
