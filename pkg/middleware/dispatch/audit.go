@@ -26,17 +26,19 @@ func AuditInterceptor(log *slog.Logger) grpc.UnaryClientInterceptor {
 		}
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
+		if !log.Enabled(ctx, slog.LevelInfo) {
+			return err // nothing is built for a line not written
+		}
 		d := in.GetDispatch()
-		attrs := []any{
-			"audit", "dispatch", "workflow_id", d.GetWorkflowId(), "dispatch_id", d.GetDispatchId(),
-			"agent", d.GetAgentId(), "depth", d.GetDepth(), "parent", d.GetParentDispatchId(),
-			"target", cc.Target(), "code", errs.Code(err).String(), "duration_ms", time.Since(start).Milliseconds(),
-		}
+		attrs := make([]slog.Attr, 0, 12)
+		attrs = append(attrs, slog.String("audit", "dispatch"), slog.String("workflow_id", d.GetWorkflowId()), slog.String("dispatch_id", d.GetDispatchId()),
+			slog.String("agent", d.GetAgentId()), slog.Uint64("depth", uint64(d.GetDepth())), slog.String("parent", d.GetParentDispatchId()),
+			slog.String("target", cc.Target()), slog.String("code", errs.Code(err).String()), slog.Int64("duration_ms", time.Since(start).Milliseconds()))
 		if out, _ := Output(reply); err == nil && out != nil {
-			attrs = append(attrs, "exit", out.GetExitReason().GetKind().String(),
-				"cost", out.GetMetadata().GetCost().GetAmount(), "effects", len(out.GetEffects()))
+			attrs = append(attrs, slog.String("exit", out.GetExitReason().GetKind().String()),
+				slog.String("cost", out.GetMetadata().GetCost().GetAmount()), slog.Int("effects", len(out.GetEffects())))
 		}
-		log.InfoContext(ctx, "dispatch", attrs...)
+		log.LogAttrs(ctx, slog.LevelInfo, "dispatch", attrs...)
 		return err
 	}
 }

@@ -99,6 +99,17 @@ func TestAuditInterceptor(t *testing.T) {
 			}
 		})
 	}
+	t.Run("info disabled: no line, the call unchanged", func(t *testing.T) {
+		var quiet bytes.Buffer
+		log, _ := logging.New(&quiet, logging.Options{Format: "json", Level: "warn"})
+		want := errs.ToStatus(errs.Unavailable).Err()
+		if err := AuditInterceptor(log)(context.Background(), execute, &operatorv1.ExecuteRequest{Input: in}, &operatorv1.ExecuteResponse{}, cc, answer(want)); err != want {
+			t.Fatalf("error %v, want the agent's %v", err, want)
+		}
+		if quiet.Len() != 0 {
+			t.Errorf("recorded at warn: %s", quiet.String())
+		}
+	})
 	t.Run("not a dispatch: not recorded", func(t *testing.T) {
 		buf.Reset()
 		var inv invoked
