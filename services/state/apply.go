@@ -24,8 +24,9 @@ const (
 type txn interface {
 	// revision returns the current revision of the key at ck.
 	revision(ck []byte) (rev uint64, ok bool, err error)
-	// put stores raw (a marshalled structpb.Value) at ck with revision rev.
-	put(ck []byte, rev uint64, raw []byte) error
+	// put stores raw (a marshalled structpb.Value) at ck with revision
+	// rev, full-text indexed unless unindexed.
+	put(ck []byte, rev uint64, raw []byte, unindexed bool) error
 	// del removes ck; seq is the revision number the deletion consumed.
 	del(ck []byte, seq uint64) error
 	// nextRevision takes the next number of the store's counter.
@@ -53,7 +54,7 @@ type mutation struct {
 	scopeStr string // for messages
 	key      string
 	raw      []byte // Write only
-	guard    Guard
+	guard    Guard  // Guard.Unindexed: Write only
 	now      time.Time
 }
 
@@ -119,7 +120,7 @@ func apply(tx txn, m *mutation, retention time.Duration) (outcome, error) {
 		if err != nil {
 			return outcome{}, err
 		}
-		if err := tx.put(ck, rev, m.raw); err != nil {
+		if err := tx.put(ck, rev, m.raw, m.guard.Unindexed); err != nil {
 			return outcome{}, err
 		}
 		out = outcome{revision: rev, seq: rev}

@@ -30,7 +30,8 @@ type Backend interface {
 	// Read returns the current value and revision of key.
 	Read(ctx context.Context, s *typesv1.Scope, key string) (Item, error)
 	// Write creates or replaces key and returns its new revision. It is
-	// durable before it returns (for the bbolt backend).
+	// durable before it returns (for the bbolt backend), and Search sees
+	// it as soon as it returns, unless Guard.Unindexed.
 	Write(ctx context.Context, s *typesv1.Scope, key string, v *structpb.Value, g Guard) (WriteResult, error)
 	// Delete removes key. Deleting an absent key is a no-op that reports
 	// Existed = false.
@@ -41,12 +42,15 @@ type Backend interface {
 	List(ctx context.Context, s *typesv1.Scope, prefix, pageToken string, pageSize int) (ListPage, error)
 	// Search returns up to limit (1..MaxSearchLimit) keys of the scope
 	// ranked by full-text relevance of their values to query, best first.
+	// Keys whose current value was written with Guard.Unindexed are never
+	// returned.
 	Search(ctx context.Context, s *typesv1.Scope, query string, limit int) ([]SearchHit, error)
 	// Close releases the store. Calls after Close fail with Unavailable.
 	Close() error
 }
 
-// Guard holds the optional conditions of a Write or Delete.
+// Guard holds the optional conditions of a Write or Delete, and the
+// Write's indexing option.
 type Guard struct {
 	// ExpectedRevision, when set, makes the mutation apply only if the
 	// key's current revision equals it; 0 means "the key must not exist".
@@ -56,6 +60,12 @@ type Guard struct {
 	// Replayed = true and apply nothing. Records are kept for the
 	// idempotency retention (WithIdempotencyRetention, default 24h).
 	IdempotencyKey string
+	// Unindexed (Write only) stores the value without full-text indexing
+	// it (WriteRequest.unindexed): Read and List see it as usual, Search
+	// never returns the key, and an indexed value it replaces leaves the
+	// index. A later Write without it indexes the key again. A replayed
+	// Write changes nothing, whatever its Unindexed says.
+	Unindexed bool
 }
 
 // Item is a stored value.

@@ -75,7 +75,10 @@ var backendSuite = []struct {
 	{"SearchRanking", testSearchRanking},
 	{"SearchSnippets", testSearchSnippets},
 	{"SearchFollowsWrites", testSearchFollowsWrites},
+	{"Unindexed", testUnindexed},
+	{"UnindexedIdempotency", testUnindexedIdempotency},
 	{"ConcurrentWriters", testConcurrentWriters},
+	{"SearchSeesAcknowledgedWrites", testSearchSeesAcknowledgedWrites},
 	{"Closed", testClosed},
 }
 
@@ -731,6 +734,200 @@ func testSearchFollowsWrites(t *testing.T, open opener) {
 	}
 	if hits, _ := b.Search(ctx, s, "penguin", 5); len(hits) != 0 {
 		t.Fatalf("deleted key found: %+v", hits)
+	}
+}
+
+// hitKeys returns the keys of hits in order.
+func hitKeys(hits []SearchHit) []string {
+	keys := make([]string, len(hits))
+	for i, h := range hits {
+		keys[i] = h.Key
+	}
+	return keys
+}
+
+// search returns the hits of query in s, failing t on an error.
+func search(t *testing.T, b Backend, s *typesv1.Scope, query string) []SearchHit {
+	t.Helper()
+	hits, err := b.Search(ctx, s, query, MaxSearchLimit)
+	if err != nil {
+		t.Fatalf("Search(%q): %v", query, err)
+	}
+	return hits
+}
+
+// testUnindexed: a value written with Guard.Unindexed is stored, read and
+// listed as usual, never found by Search (by its value or its key); it
+// removes the indexed value it replaces from the index; a later indexed
+// Write indexes the key again.
+func testUnindexed(t *testing.T, open opener) {
+	b := open(t)
+	s := scope.Session("s")
+	unindexed := Guard{Unindexed: true}
+
+	r1, err := b.Write(ctx, s, "history/quokka", str("the ocelot said hello"), unindexed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it := read(t, b, s, "history/quokka"); it.Revision != r1.Revision || it.Value.GetStringValue() != "the ocelot said hello" {
+		t.Fatalf("Read = %v @%d", it.Value, it.Revision)
+	}
+	if got := keysOf(listAll(t, b, s, "", 10)); !slices.Equal(got, []string{"history/quokka"}) {
+		t.Fatalf("List = %q", got)
+	}
+	if got := hitKeys(search(t, b, s, "ocelot")); len(got) != 0 {
+		t.Fatalf("Search by value found the unindexed key: %q", got)
+	}
+	if got := hitKeys(search(t, b, s, "quokka")); len(got) != 0 {
+		t.Fatalf("Search by key found the unindexed key: %q", got)
+	}
+
+	// An indexed key beside it is found; the unindexed one still is not.
+	write(t, b, s, "note", str("an ocelot and a heron"))
+	if got := hitKeys(search(t, b, s, "ocelot")); !slices.Equal(got, []string{"note"}) {
+		t.Fatalf("Search = %q; want only note", got)
+	}
+
+	// Replacing the indexed value with an unindexed one removes it from
+	// the index, by value and by key.
+	r2, err := b.Write(ctx, s, "note", str("an ocelot and a heron, now private"), unindexed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hitKeys(search(t, b, s, "ocelot heron note private")); len(got) != 0 {
+		t.Fatalf("Search after an unindexed replace = %q", got)
+	}
+	if it := read(t, b, s, "note"); it.Revision != r2.Revision || !strings.Contains(it.Value.GetStringValue(), "private") {
+		t.Fatalf("Read = %v @%d", it.Value, it.Revision)
+	}
+	// A compare-and-set works on unindexed values as on any other.
+	_, err = b.Write(ctx, s, "note", str("stale"), Guard{ExpectedRevision: rev(r1.Revision), Unindexed: true})
+	wantCode(t, err, codes.FailedPrecondition, "")
+
+	// A later indexed Write indexes the key again.
+	r3, err := b.Write(ctx, s, "note", str("the heron is back"), Guard{ExpectedRevision: rev(r2.Revision)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := search(t, b, s, "heron")
+	if len(hits) != 1 || hits[0].Key != "note" || hits[0].Revision != r3.Revision || !strings.Contains(hits[0].Snippet, "heron") {
+		t.Fatalf("Search after re-indexing = %+v", hits)
+	}
+	if got := hitKeys(search(t, b, s, "private")); len(got) != 0 {
+		t.Fatalf("the unindexed value was indexed: %q", got)
+	}
+
+	// Unindexed over unindexed, and deleting unindexed values.
+	if _, err := b.Write(ctx, s, "history/quokka", str("the ocelot said goodbye"), unindexed); err != nil {
+		t.Fatal(err)
+	}
+	if got := hitKeys(search(t, b, s, "ocelot goodbye quokka")); len(got) != 0 {
+		t.Fatalf("Search = %q", got)
+	}
+	if d, err := b.Delete(ctx, s, "history/quokka", Guard{}); err != nil || !d.Existed {
+		t.Fatalf("Delete = %+v, %v", d, err)
+	}
+	if _, err := b.Read(ctx, s, "history/quokka"); errs.Code(err) != codes.NotFound {
+		t.Fatalf("Read after Delete: %v", err)
+	}
+	// Indexed, then unindexed, then deleted: not found at any point.
+	write(t, b, s, "short", str("a brief walrus"))
+	if _, err := b.Write(ctx, s, "short", str("a brief walrus"), unindexed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Delete(ctx, s, "short", Guard{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := hitKeys(search(t, b, s, "walrus")); len(got) != 0 {
+		t.Fatalf("Search = %q", got)
+	}
+	if got := hitKeys(search(t, b, s, "heron")); !slices.Equal(got, []string{"note"}) {
+		t.Fatalf("Search = %q", got)
+	}
+}
+
+// testUnindexedIdempotency: a replayed Write changes nothing, whatever its
+// Unindexed says.
+func testUnindexedIdempotency(t *testing.T, open opener) {
+	b := open(t)
+	s := scope.Session("s")
+	first, err := b.Write(ctx, s, "k", str("secret penguin"), Guard{IdempotencyKey: "w1", Unindexed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Write(ctx, s, "k", str("secret penguin"), Guard{IdempotencyKey: "w1"})
+	if err != nil || !again.Replayed || again.Revision != first.Revision {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	if got := hitKeys(search(t, b, s, "penguin")); len(got) != 0 {
+		t.Fatalf("a replay indexed the key: %q", got)
+	}
+	second, err := b.Write(ctx, s, "j", str("public penguin"), Guard{IdempotencyKey: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err = b.Write(ctx, s, "j", str("public penguin"), Guard{IdempotencyKey: "w2", Unindexed: true})
+	if err != nil || !again.Replayed || again.Revision != second.Revision {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	if got := hitKeys(search(t, b, s, "penguin")); !slices.Equal(got, []string{"j"}) {
+		t.Fatalf("a replay unindexed the key: %q", got)
+	}
+}
+
+// testSearchSeesAcknowledgedWrites: many concurrent writers, each
+// searching for what it just wrote (read-your-writes), indexed and
+// unindexed writes mixed; at the end Search finds every indexed key and
+// no unindexed one.
+func testSearchSeesAcknowledgedWrites(t *testing.T, open opener) {
+	b := open(t)
+	s := scope.Session("many")
+	const writers, each = 16, 12
+	var wg sync.WaitGroup
+	errc := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key := fmt.Sprintf("w%02d-%02d", w, i)
+				word := fmt.Sprintf("word%dx%d", w, i)
+				hidden := i%3 == 2
+				res, err := b.Write(ctx, s, key, str("indexed "+word), Guard{Unindexed: hidden})
+				if err != nil {
+					errc <- err
+					return
+				}
+				hits, err := b.Search(ctx, s, word, 5)
+				if err != nil {
+					errc <- err
+					return
+				}
+				switch {
+				case hidden && len(hits) != 0:
+					errc <- fmt.Errorf("unindexed %s found: %+v", key, hits)
+					return
+				case !hidden && (len(hits) != 1 || hits[0].Key != key || hits[0].Revision != res.Revision):
+					errc <- fmt.Errorf("Search right after the Write of %s (revision %d) = %+v", key, res.Revision, hits)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	hits := search(t, b, s, "indexed")
+	if want := writers * (each - each/3); len(hits) != want {
+		t.Fatalf("Search found %d keys; want %d", len(hits), want)
+	}
+	for _, h := range hits {
+		var w, i int
+		if _, err := fmt.Sscanf(h.Key, "w%02d-%02d", &w, &i); err != nil || i%3 == 2 {
+			t.Fatalf("hit %q (unindexed or unknown)", h.Key)
+		}
 	}
 }
 

@@ -30,7 +30,10 @@ var ErrLocked = errors.New("another process holds the lock on this file")
 // described in index.go.
 //
 // Every acknowledged Write and Delete is fsynced before it returns;
-// concurrent ones share a transaction (see groupCommit).
+// concurrent ones share a transaction (see groupCommit). The index is
+// updated after the reply, in batches, by a background indexer; Search
+// first catches it up with every committed change, so a Search sees
+// every write acknowledged before it started.
 type Bolt struct {
 	core
 	path  string
@@ -98,11 +101,13 @@ func OpenBolt(path string, opts ...Option) (*Bolt, error) {
 		return nil, fmt.Errorf("open search index %s.bleve: %w", path, err)
 	}
 	b.group = &groupCommit{db: db, housekeeping: b.housekeeping}
+	b.index.start()
 	return b, nil
 }
 
 // initMeta creates the buckets and meta keys of a new file, checks the
-// schema version of an existing one, and loads the token secret.
+// schema version of an existing one (upgrading an older one that this
+// build reads, see schemaVersion), and loads the token secret.
 func (b *Bolt) initMeta() (dbID string, seq uint64, err error) {
 	err = b.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
@@ -115,8 +120,12 @@ func (b *Bolt) initMeta() (dbID string, seq uint64, err error) {
 			if err := meta.Put(metaSchemaVersion, u64(schemaVersion)); err != nil {
 				return err
 			}
-		} else if got := readU64(v); got != schemaVersion {
-			return fmt.Errorf("schema version is %d; this build reads version %d", got, schemaVersion)
+		} else if got := readU64(v); got < minSchemaVersion || got > schemaVersion {
+			return fmt.Errorf("schema version is %d; this build reads versions %d to %d", got, minSchemaVersion, schemaVersion)
+		} else if got < schemaVersion {
+			if err := meta.Put(metaSchemaVersion, u64(schemaVersion)); err != nil {
+				return err
+			}
 		}
 		if meta.Get(metaDBID) == nil {
 			if err := meta.Put(metaDBID, []byte(hex.EncodeToString(randomBytes(16)))); err != nil {
@@ -174,7 +183,7 @@ func (b *Bolt) Read(ctx context.Context, s *typesv1.Scope, key string) (Item, er
 	if rec == nil {
 		return Item{}, notFound(s, key)
 	}
-	rev, raw, err := decodeRecord(rec)
+	rev, _, raw, err := decodeRecord(rec)
 	if err != nil {
 		return Item{}, err
 	}
@@ -235,7 +244,9 @@ func (b *Bolt) deleteIsNoop(m *mutation) bool {
 }
 
 // mutate commits m (durably, possibly sharing the transaction with
-// concurrent writers), then brings the search index up to date with it.
+// concurrent writers) and, when the change log took an entry, wakes the
+// background indexer. Search catches the index up itself, so the index
+// need not be current when mutate returns.
 func (b *Bolt) mutate(m *mutation) (outcome, error) {
 	end, err := b.begin()
 	if err != nil {
@@ -245,10 +256,11 @@ func (b *Bolt) mutate(m *mutation) (outcome, error) {
 	var (
 		out    outcome
 		outErr error
+		logged bool
 	)
 	err = b.group.run(func(tx *bolt.Tx) error {
-		out, outErr = outcome{}, nil // this may be a re-run
-		o, err := apply(boltTxn{tx}, m, b.opts.retention)
+		out, outErr, logged = outcome{}, nil, false // this may be a re-run
+		o, err := apply(boltTxn{tx: tx, logged: &logged}, m, b.opts.retention)
 		var kind *errs.Kind
 		if errors.As(err, &kind) {
 			outErr = err // a refusal: nothing was changed; let the others commit
@@ -268,10 +280,9 @@ func (b *Bolt) mutate(m *mutation) (outcome, error) {
 	}
 	if out.seq > 0 {
 		storeMax(&b.committed, out.seq)
-		if err := b.index.sync(out.seq); err != nil {
-			// The change is durable in bbolt; Search retries the catch-up.
-			b.opts.logger.Error("search index update failed; will retry", "err", err)
-		}
+	}
+	if logged {
+		b.index.notify()
 	}
 	return out, nil
 }
@@ -363,7 +374,7 @@ func (b *Bolt) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken str
 			if hasAfter && bytes.Equal(k, start) {
 				continue
 			}
-			rev, _, err := decodeRecord(v)
+			rev, _, _, err := decodeRecord(v)
 			if err != nil {
 				return err
 			}
@@ -377,8 +388,9 @@ func (b *Bolt) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken str
 	return b.finishPage(enc, prefix, items, pageSize), nil
 }
 
-// Search implements Backend. If an earlier index update failed, it first
-// catches the index up with every committed change.
+// Search implements Backend. It first catches the index up with every
+// committed change (those the background indexer has not applied yet),
+// so it sees every Write and Delete acknowledged before it started.
 func (b *Bolt) Search(ctx context.Context, s *typesv1.Scope, query string, limit int) ([]SearchHit, error) {
 	enc, err := b.scopeOnly(ctx, s)
 	if err != nil {
@@ -399,7 +411,9 @@ func (b *Bolt) Search(ctx context.Context, s *typesv1.Scope, query string, limit
 	return b.index.search(ctx, enc, query, limit)
 }
 
-// Close implements Backend. It waits for operations in flight.
+// Close implements Backend. It waits for operations in flight, then
+// brings the index up to date and waits (bounded) until bleve has
+// persisted it.
 func (b *Bolt) Close() error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -410,30 +424,73 @@ func (b *Bolt) Close() error {
 	return errors.Join(b.index.close(), b.db.Close())
 }
 
-// boltTxn is the txn of the bbolt backend.
-type boltTxn struct{ tx *bolt.Tx }
+// boltTxn is the txn of the bbolt backend. It records a change in the
+// change log only when the index must see it: when the key's new value
+// is indexed, or when its old value was (a Delete, or an unindexed value
+// replacing it, removes the document). So a key written only unindexed
+// never costs the index anything. This keeps the invariant the catch-up
+// relies on: every key whose current value is unindexed or absent has
+// either no document in the index or a change-log entry after the
+// index's sequence (whose catch-up reads the current value and removes
+// the document).
+type boltTxn struct {
+	tx *bolt.Tx
+	// logged is set when the change log took an entry.
+	logged *bool
+}
 
 func (t boltTxn) revision(ck []byte) (uint64, bool, error) {
 	v := t.tx.Bucket(bucketKV).Get(ck)
 	if v == nil {
 		return 0, false, nil
 	}
-	rev, _, err := decodeRecord(v)
+	rev, _, _, err := decodeRecord(v)
 	return rev, err == nil, err
 }
 
-func (t boltTxn) put(ck []byte, rev uint64, raw []byte) error {
-	if err := t.tx.Bucket(bucketKV).Put(ck, encodeRecord(rev, raw)); err != nil {
+func (t boltTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
+	kv := t.tx.Bucket(bucketKV)
+	var flags byte
+	logIt := true
+	if unindexed {
+		flags = recordUnindexed
+		logIt = isIndexed(kv.Get(ck))
+	}
+	if err := kv.Put(ck, encodeRecord(rev, flags, raw)); err != nil {
 		return err
 	}
-	return t.tx.Bucket(bucketChanges).Put(u64(rev), ck)
+	return t.logChange(rev, ck, logIt)
 }
 
 func (t boltTxn) del(ck []byte, seq uint64) error {
-	if err := t.tx.Bucket(bucketKV).Delete(ck); err != nil {
+	kv := t.tx.Bucket(bucketKV)
+	logIt := isIndexed(kv.Get(ck))
+	if err := kv.Delete(ck); err != nil {
 		return err
 	}
+	return t.logChange(seq, ck, logIt)
+}
+
+// logChange records seq -> ck in the change log when logIt.
+func (t boltTxn) logChange(seq uint64, ck []byte, logIt bool) error {
+	if !logIt {
+		return nil
+	}
+	if t.logged != nil {
+		*t.logged = true
+	}
 	return t.tx.Bucket(bucketChanges).Put(u64(seq), ck)
+}
+
+// isIndexed reports whether the kv record rec (nil when absent) may have
+// a document in the index. An undecodable record counts as indexed, so
+// its document is removed.
+func isIndexed(rec []byte) bool {
+	if rec == nil {
+		return false
+	}
+	_, flags, _, err := decodeRecord(rec)
+	return err != nil || flags&recordUnindexed == 0
 }
 
 func (t boltTxn) nextRevision() (uint64, error) {

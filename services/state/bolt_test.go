@@ -1,10 +1,14 @@
 package state
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,20 +218,38 @@ func setIndexSeq(t *testing.T, path string, seq uint64, deleteIDs ...string) {
 	}
 }
 
-// commitWithoutIndex applies m as Write and Delete do but skips the index
-// update, as a crash between the bbolt commit and the index update would.
+// commitWithoutIndex applies m as Write and Delete do but does not wake
+// the background indexer (stop it first with b.index.stopIndexer, so
+// that nothing else indexes the change), as a crash between the bbolt
+// commit and the index update would.
 func commitWithoutIndex(t *testing.T, b *Bolt, m *mutation) outcome {
 	t.Helper()
 	var out outcome
 	if err := b.group.run(func(tx *bolt.Tx) error {
 		var err error
-		out, err = apply(boltTxn{tx}, m, b.opts.retention)
+		out, err = apply(boltTxn{tx: tx}, m, b.opts.retention)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	storeMax(&b.committed, out.seq)
 	return out
+}
+
+// crash closes b as a crash after bleve persisted what it had would: the
+// indexer stops, and neither it nor Close applies what it had not yet.
+func crash(t *testing.T, b *Bolt) {
+	t.Helper()
+	b.index.stopIndexer()
+	if !b.index.waitPersisted(closeFlushTimeout) {
+		t.Fatal("index not persisted")
+	}
+	b.life.Lock()
+	defer b.life.Unlock()
+	b.closed = true
+	if err := errors.Join(b.index.idx.Close(), b.db.Close()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestBoltIndexCatchesUp(t *testing.T) {
@@ -237,6 +259,8 @@ func TestBoltIndexCatchesUp(t *testing.T) {
 	write(t, b, s, "a", str("alpha indexed"))
 	write(t, b, s, "b", str("bravo indexed"))
 	write(t, b, s, "gone", str("delta removed"))
+	searchKeys(t, b, "alpha") // the index is current
+	b.index.stopIndexer()
 	indexedTo := b.index.indexed.Load()
 	// Then, three commits whose index updates are lost.
 	for _, m := range []func() (*mutation, error){
@@ -253,7 +277,7 @@ func TestBoltIndexCatchesUp(t *testing.T) {
 	if b.index.indexed.Load() != indexedTo {
 		t.Fatal("the index moved")
 	}
-	mustClose(t, b)
+	crash(t, b)
 
 	b = mustOpen(t, path)
 	if b.index.opened != "opened, caught up 3 changes" {
@@ -414,11 +438,13 @@ func TestBoltEmptyReopen(t *testing.T) {
 	}
 }
 
-// TestBoltSearchCatchesUp simulates an index update that failed after the
-// commit: Search must catch the index up before answering.
+// TestBoltSearchCatchesUp: a change the indexer has not applied yet (it
+// is stopped here; it may as well not have woken yet, or have failed) is
+// applied by Search before it answers.
 func TestBoltSearchCatchesUp(t *testing.T) {
 	b := mustOpen(t, filepath.Join(t.TempDir(), "state.db"))
 	s := scope.Session("s")
+	b.index.stopIndexer()
 	m, err := b.prepareWrite(ctx, s, "k", str("unindexed narwhal"), Guard{})
 	if err != nil {
 		t.Fatal(err)
@@ -429,5 +455,271 @@ func TestBoltSearchCatchesUp(t *testing.T) {
 	}
 	if got := searchKeys(t, b, "narwhal"); len(got) != 1 || got[0] != "k" {
 		t.Fatalf("Search = %q", got)
+	}
+}
+
+// TestBoltUnindexedSurvivesRestart: unindexed values stay unindexed
+// after a clean reopen, a rebuild of the index, and a catch-up after a
+// crash in which the index had not seen an unindexed replace.
+func TestBoltUnindexedSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := scope.Session("s")
+	b := mustOpen(t, path)
+	write(t, b, s, "public", str("an indexed mongoose"))
+	hidden, err := b.Write(ctx, s, "hidden", str("an unindexed mongoose"), Guard{Unindexed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, b, s, "flip", str("a flipping mongoose"))
+	if _, err := b.Write(ctx, s, "flip", str("a flipped mongoose"), Guard{Unindexed: true}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if got := searchKeys(t, b, "mongoose"); !slices.Equal(got, []string{"public"}) {
+			t.Fatalf("%s: Search = %q; want only public", when, got)
+		}
+		if it := read(t, b, s, "hidden"); it.Revision != hidden.Revision || it.Value.GetStringValue() != "an unindexed mongoose" {
+			t.Fatalf("%s: Read = %v @%d", when, it.Value, it.Revision)
+		}
+		if got := keysOf(listAll(t, b, s, "", 10)); !slices.Contains(got, "hidden") || !slices.Contains(got, "flip") {
+			t.Fatalf("%s: List = %q", when, got)
+		}
+	}
+	check("before restart")
+	mustClose(t, b)
+
+	b = mustOpen(t, path)
+	check("after reopen")
+	mustClose(t, b)
+
+	if err := os.RemoveAll(path + ".bleve"); err != nil {
+		t.Fatal(err)
+	}
+	b = mustOpen(t, path)
+	if !strings.Contains(b.index.opened, "rebuilt") {
+		t.Fatalf("index %q; want a rebuild", b.index.opened)
+	}
+	check("after rebuild")
+
+	// The index sees "late" indexed; then, before the indexer runs, the
+	// process crashes after an unindexed replace. The catch-up on open
+	// removes the document.
+	write(t, b, s, "late", str("a late mongoose"))
+	if got := searchKeys(t, b, "late"); !slices.Equal(got, []string{"late"}) {
+		t.Fatalf("Search = %q", got)
+	}
+	b.index.stopIndexer()
+	m, err := b.prepareWrite(ctx, s, "late", str("a late mongoose, unindexed"), Guard{Unindexed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitWithoutIndex(t, b, m)
+	crash(t, b)
+	b = mustOpen(t, path)
+	if b.index.opened != "opened, caught up 1 changes" {
+		t.Fatalf("index %q", b.index.opened)
+	}
+	if got := searchKeys(t, b, "late"); len(got) != 0 {
+		t.Fatalf("after the catch-up, Search = %q", got)
+	}
+	check("after the catch-up")
+}
+
+// TestBoltUnindexedCostsTheIndexNothing: an unindexed write over an
+// unindexed or absent value leaves no change-log entry and no index
+// batch; one that replaces an indexed value leaves one entry, and the
+// indexer applies it in the background, without a Search.
+func TestBoltUnindexedCostsTheIndexNothing(t *testing.T) {
+	b := mustOpen(t, filepath.Join(t.TempDir(), "state.db"))
+	s := scope.Session("s")
+	write(t, b, s, "indexed", str("visible"))
+	searchKeys(t, b, "visible") // the index is current
+	changes, batches := boltCount(t, b, bucketChanges), b.index.batches.Load()
+	for i := range 20 {
+		if _, err := b.Write(ctx, s, fmt.Sprint("history/", i%5), str("turn"), Guard{Unindexed: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Delete(ctx, s, "history/0", Guard{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := boltCount(t, b, bucketChanges); got > changes {
+		t.Fatalf("unindexed writes took %d change-log entries", got-changes)
+	}
+	searchKeys(t, b, "turn")
+	if got := b.index.batches.Load(); got != batches {
+		t.Fatalf("unindexed writes cost %d index batches", got-batches)
+	}
+	if b.index.indexed.Load() != b.committed.Load() {
+		t.Fatalf("index at %d, committed %d", b.index.indexed.Load(), b.committed.Load())
+	}
+
+	// Replacing an indexed value: one entry, applied in the background.
+	res, err := b.Write(ctx, s, "indexed", str("hidden now"), Guard{Unindexed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.index.indexed.Load() < res.Revision {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background indexer did not apply revision %d (index at %d)", res.Revision, b.index.indexed.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := b.index.batches.Load(); got != batches+1 {
+		t.Fatalf("%d index batches; want 1", got-batches)
+	}
+	if got := searchKeys(t, b, "visible hidden"); len(got) != 0 {
+		t.Fatalf("Search = %q", got)
+	}
+}
+
+// TestBoltBackgroundIndexerBatches: serial writes are indexed in the
+// background, several per bleve batch, and each is visible to Search as
+// soon as it is acknowledged.
+func TestBoltBackgroundIndexerBatches(t *testing.T) {
+	b := mustOpen(t, filepath.Join(t.TempDir(), "state.db"))
+	s := scope.Session("s")
+	before := b.index.batches.Load()
+	const n = 40
+	var last uint64
+	for i := range n {
+		last = write(t, b, s, fmt.Sprint("k", i), str(fmt.Sprintf("serial capybara%d", i)))
+		time.Sleep(time.Millisecond) // a writer that is not in a hurry
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.index.indexed.Load() < last {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background indexer did not catch up (index at %d of %d)", b.index.indexed.Load(), last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	batches := b.index.batches.Load() - before
+	t.Logf("%d serial writes in %d index batches", n, batches)
+	if batches > n/2 {
+		t.Fatalf("%d serial writes took %d index batches: no batching", n, batches)
+	}
+	if got := searchKeys(t, b, "capybara7"); !slices.Equal(got, []string{"k7"}) {
+		t.Fatalf("Search = %q", got)
+	}
+}
+
+// TestBoltReadsSchema1 opens a state.db written by the build before
+// schema version 2 (testdata/state-schema1.db.gz: keys a, doc, a deleted
+// gone, and g in the global scope written with idempotency key "once"),
+// reads it, upgrades it and writes unindexed values into it.
+func TestBoltReadsSchema1(t *testing.T) {
+	f, err := os.Open("testdata/state-schema1.db.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "state.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := fileSchemaVersion(t, path); v != 1 {
+		t.Fatalf("fixture is at schema version %d; want 1", v)
+	}
+
+	b := mustOpen(t, path)
+	s := scope.Session("s")
+	if it := read(t, b, s, "a"); it.Revision != 1 || it.Value.GetStringValue() != "schema one aardvark" {
+		t.Fatalf("Read a = %v @%d", it.Value, it.Revision)
+	}
+	if it := read(t, b, s, "doc"); it.Revision != 2 || it.Value.GetStructValue().GetFields()["title"].GetStringValue() != "old format" {
+		t.Fatalf("Read doc = %v @%d", it.Value, it.Revision)
+	}
+	if got := keysOf(listAll(t, b, s, "", 10)); !slices.Equal(got, []string{"a", "doc"}) {
+		t.Fatalf("List = %q", got)
+	}
+	if got := searchKeys(t, b, "aardvark"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Search (index rebuilt from schema-1 records) = %q", got)
+	}
+	if got := searchKeys(t, b, "badger"); !slices.Equal(got, []string{"doc"}) {
+		t.Fatalf("Search = %q", got)
+	}
+	res, err := b.Write(ctx, scope.Global(), "g", str("global kestrel"), Guard{IdempotencyKey: "once"})
+	if err != nil || !res.Replayed || res.Revision != 5 {
+		t.Fatalf("idempotent retry of a schema-1 write = %+v, %v", res, err)
+	}
+	// New writes continue the revisions; unindexed ones in the old file.
+	u, err := b.Write(ctx, s, "a", str("schema two aardvark"), Guard{Unindexed: true})
+	if err != nil || u.Revision != 6 {
+		t.Fatalf("Write = %+v, %v", u, err)
+	}
+	if got := searchKeys(t, b, "aardvark"); len(got) != 0 {
+		t.Fatalf("Search = %q", got)
+	}
+	mustClose(t, b)
+	if v := fileSchemaVersion(t, path); v != schemaVersion {
+		t.Fatalf("schema version after open is %d; want %d", v, schemaVersion)
+	}
+
+	b = mustOpen(t, path)
+	if it := read(t, b, s, "a"); it.Revision != 6 || it.Value.GetStringValue() != "schema two aardvark" {
+		t.Fatalf("Read a = %v @%d", it.Value, it.Revision)
+	}
+	if it := read(t, b, s, "doc"); it.Revision != 2 {
+		t.Fatalf("Read doc @%d", it.Revision)
+	}
+	if got := searchKeys(t, b, "aardvark badger"); !slices.Equal(got, []string{"doc"}) {
+		t.Fatalf("Search = %q", got)
+	}
+}
+
+// fileSchemaVersion reads the schema version of the closed file at path.
+func fileSchemaVersion(t *testing.T, path string) uint64 {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v uint64
+	if err := db.View(func(tx *bolt.Tx) error {
+		v = readU64(tx.Bucket(bucketMeta).Get(metaSchemaVersion))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestRecordEncoding: both record forms decode, and a schema-1 record
+// (no flags) is read as indexed.
+func TestRecordEncoding(t *testing.T) {
+	raw, err := marshalValue.Marshal(str("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rec   []byte
+		rev   uint64
+		flags byte
+	}{
+		{encodeRecord(7, 0, raw), 7, 0},
+		{encodeRecord(1<<40, recordUnindexed, raw), 1 << 40, recordUnindexed},
+		{append(u64(3), raw...), 3, 0}, // schema 1
+	} {
+		rev, flags, got, err := decodeRecord(tc.rec)
+		if err != nil || rev != tc.rev || flags != tc.flags || !bytes.Equal(got, raw) {
+			t.Fatalf("decodeRecord(%x) = %d, %d, %x, %v", tc.rec, rev, flags, got, err)
+		}
+	}
+	if !bytes.Equal(encodeRecord(3, 0, raw), append(u64(3), raw...)) {
+		t.Fatal("an indexed record is not in the schema-1 form")
+	}
+	if _, _, _, err := decodeRecord(append(u64(3), recordMarker)); err == nil {
+		t.Fatal("a record cut after its marker decoded")
 	}
 }

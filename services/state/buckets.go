@@ -9,11 +9,12 @@ import (
 // The bbolt file's layout. Every bucket and meta key is declared here.
 //
 //	meta     schema_version, seq, db_id, page_token_secret, changes_pruned
-//	kv       scope.Encode(scope) + key        -> revision(8) | proto(Value)
+//	kv       scope.Encode(scope) + key        -> a record (see encodeRecord)
 //	idem     scope.Encode(scope) + idem key   -> idempotency record (see encodeIdem)
 //	idem_at  created(8) + scope + idem key    -> empty (prunes idem by age)
 //	changes  seq(8)                           -> scope + key (the change log the
-//	                                             search index catches up from)
+//	                                             search index catches up from;
+//	                                             only changes the index must see)
 //
 // Integers are big-endian so byte order is numeric order. Encoded scopes
 // are self-delimiting (package scope), so a scope's keys are exactly the
@@ -44,8 +45,17 @@ var (
 )
 
 // schemaVersion is the layout above. Bump it, with a migration, when the
-// layout changes.
-const schemaVersion = 1
+// layout changes. initMeta upgrades older files in place.
+//
+//	1  kv records are revision(8) | proto(Value)
+//	2  kv records may carry flags (recordUnindexed); version-1 records
+//	   are still read as they are, so the upgrade only rewrites the
+//	   number (and a build that reads only version 1 refuses the file,
+//	   instead of misreading a flagged record)
+const schemaVersion = 2
+
+// minSchemaVersion is the oldest layout this build opens (and upgrades).
+const minSchemaVersion = 1
 
 func u64(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 
@@ -56,16 +66,47 @@ func readU64(b []byte) uint64 {
 	return binary.BigEndian.Uint64(b)
 }
 
-// encodeRecord is a kv value.
-func encodeRecord(rev uint64, raw []byte) []byte {
-	return append(u64(rev), raw...)
+// Record flags.
+const (
+	// recordUnindexed: the value is stored but not full-text indexed
+	// (WriteRequest.unindexed).
+	recordUnindexed byte = 1 << 0
+)
+
+// recordMarker follows the revision of a record that carries flags. A
+// version-1 record has the value's protobuf encoding there instead,
+// which never starts with 0 (that would be field number 0, which
+// protobuf forbids), so both are read unambiguously.
+const recordMarker = 0
+
+// encodeRecord is a kv value: revision(8) | proto(Value) for an indexed
+// value (as in schema version 1), revision(8) | 0x00 | flags(1) |
+// proto(Value) when flags are set.
+func encodeRecord(rev uint64, flags byte, raw []byte) []byte {
+	if flags == 0 {
+		b := make([]byte, 8, 8+len(raw))
+		binary.BigEndian.PutUint64(b, rev)
+		return append(b, raw...)
+	}
+	b := make([]byte, 10, 10+len(raw))
+	binary.BigEndian.PutUint64(b, rev)
+	b[8], b[9] = recordMarker, flags
+	return append(b, raw...)
 }
 
-func decodeRecord(b []byte) (rev uint64, raw []byte, err error) {
+// decodeRecord reads a kv value of either form. raw aliases b.
+func decodeRecord(b []byte) (rev uint64, flags byte, raw []byte, err error) {
 	if len(b) < 8 {
-		return 0, nil, fmt.Errorf("kv record is %d bytes", len(b))
+		return 0, 0, nil, fmt.Errorf("kv record is %d bytes", len(b))
 	}
-	return binary.BigEndian.Uint64(b), b[8:], nil
+	rev, raw = binary.BigEndian.Uint64(b), b[8:]
+	if len(raw) > 0 && raw[0] == recordMarker {
+		if len(raw) < 2 {
+			return 0, 0, nil, fmt.Errorf("kv record is %d bytes", len(b))
+		}
+		flags, raw = raw[1], raw[2:]
+	}
+	return rev, flags, raw, nil
 }
 
 // idemRecordLen is created(8) | op(1) | fingerprint(16) | revision(8) | existed(1).

@@ -12,13 +12,21 @@
 //     revisions) that both backends share, so they behave identically.
 //   - bolt.go, commit.go, buckets.go, index.go: the durable backend, a
 //     bbolt file (the source of truth, every write fsynced, concurrent
-//     writes group-committed) with a bleve index beside it that is caught
-//     up or rebuilt from the file on open.
+//     writes group-committed) with a bleve index beside it, updated in
+//     batches by a background indexer after the write is acknowledged,
+//     caught up before every Search, and caught up or rebuilt from the
+//     file on open.
+//   - postgres.go, postgres_migrate.go, migrations/: the PostgreSQL
+//     backend, for several replicas over one database.
 //   - memory.go: an in-memory backend with the same semantics, not
 //     durable, for tests and the conformance suite.
 //   - text.go: the text of a JSON value and search snippets.
 //   - logging.go: CallLogHandler, which keeps the caller's keys out of
 //     the server's call log.
+//
+// A Write may be unindexed (Guard.Unindexed, WriteRequest.unindexed):
+// stored, read and listed as usual, never returned by Search, and costing
+// the index nothing unless it replaces an indexed value.
 //
 // Keys are stored under scope.Encode(scope) + key, an injective and
 // prefix-free composition, so no key, whatever it contains, is visible

@@ -27,23 +27,37 @@ import (
 // is the source of truth; the index is derived from it and may lag:
 //
 //   - Every applied Write or Delete takes a sequence number (its revision
-//     counter value) and records it in the bbolt change log (bucket
-//     changes: seq -> scope+key) in the same transaction.
-//   - After the commit, the writer calls sync: under one lock, it reads
-//     the change log after the index's last sequence and the current value
-//     of each changed key in one read transaction, and applies them to the
-//     index in one bleve batch that also stores the new last sequence. So
-//     the index always reflects a prefix of the change log, concurrent
-//     writers share index batches, and an acknowledged Write is visible to
-//     Search when Write returns.
+//     counter value). When the index must see the change (the key's new
+//     value is indexed, or its old value was), the same transaction
+//     records it in the bbolt change log (bucket changes: seq ->
+//     scope+key). A value written unindexed over an unindexed or absent
+//     one leaves no entry, and costs the index nothing (see boltTxn).
+//   - The Write is acknowledged after the commit (fsynced), before the
+//     index sees it. The writer only wakes the background indexer, which
+//     waits indexGather for more writes to arrive and then catches up:
+//     under one lock, it reads the change log after the index's last
+//     sequence and the current value of each changed key in one read
+//     transaction, and applies them in one bleve batch that also stores
+//     the new last sequence (or, when no entry needs the index, only
+//     advances the sequence in memory). So the index always reflects a
+//     prefix of the change log, and a burst of writes, serial or
+//     concurrent, shares one batch and one bleve segment.
+//   - Search first catches up the same way, to the last committed
+//     sequence, under the same lock: a Search sees every Write and Delete
+//     acknowledged before it started.
 //   - bleve persists batches asynchronously; once it reports a sequence
 //     persisted, later write transactions prune the change log up to it.
-//   - On open, the index is rebuilt from the kv bucket when it is missing,
-//     unreadable, built for another file or mapping, or older than the
-//     pruned change log; otherwise it catches up from the change log (the
-//     crash-between-commit-and-index case).
-//   - If an index update fails after a commit, the write still succeeds
-//     (it is durable); the next write or Search retries the catch-up.
+//   - Close stops the indexer, catches up and waits (bounded) until bleve
+//     has persisted everything.
+//   - On open, the index is rebuilt from the kv bucket (leaving out
+//     unindexed values) when it is missing, unreadable, built for another
+//     file or mapping, or older than the pruned change log; otherwise it
+//     catches up from the change log (the crash-between-commit-and-index
+//     case: a crash loses at most what the indexer had not persisted,
+//     never a committed write).
+//   - If a catch-up fails, the write still succeeds (it is durable); the
+//     next wake of the indexer or Search retries it (a Search that cannot
+//     catch up is UNAVAILABLE, never an answer that misses a write).
 
 // Internal keys stored in the index.
 var (
@@ -63,8 +77,13 @@ const (
 	fieldRev   = "rev"
 )
 
-// indexBatchDocs bounds the documents of one bleve batch during rebuilds.
+// indexBatchDocs bounds the documents of one bleve batch.
 const indexBatchDocs = 1000
+
+// indexGather is how long the background indexer lets writes gather
+// after a wake before it indexes them in one batch. Search does not wait
+// for it (it catches up itself).
+const indexGather = 25 * time.Millisecond
 
 // runtimeConfig makes bleve batches return once searchable, persisting in
 // the background; durability comes from bbolt and the change log. It is a
@@ -136,12 +155,19 @@ type searchIndex struct {
 	persisted atomic.Uint64
 	// opened says how openIndex got the index (for logs and tests).
 	opened string
+
+	// The background indexer (start, notify, stopIndexer).
+	wake     chan struct{} // capacity 1: a pending wake
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // openIndex opens the index at path for the bbolt file db, rebuilding or
 // catching it up as needed.
 func openIndex(path string, db *bolt.DB, dbID string, log *slog.Logger) (*searchIndex, error) {
-	s := &searchIndex{path: path, db: db, dbID: dbID, log: log}
+	s := &searchIndex{path: path, db: db, dbID: dbID, log: log,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	idx, seq, reason := s.tryOpen()
 	if idx != nil {
 		s.idx = idx
@@ -249,6 +275,9 @@ func (s *searchIndex) rebuild() error {
 			if err != nil {
 				return err
 			}
+			if d == nil {
+				return nil // unindexed
+			}
 			if err := batch.Index(docID(ck), d); err != nil {
 				return err
 			}
@@ -312,6 +341,54 @@ func (s *searchIndex) waitPersisted(timeout time.Duration) bool {
 	return true
 }
 
+// start starts the background indexer.
+func (s *searchIndex) start() { go s.run() }
+
+// notify wakes the background indexer: the change log has new entries.
+// It never blocks.
+func (s *searchIndex) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake is already pending
+	}
+}
+
+// stopIndexer stops the background indexer (started by start) and waits
+// for it. It is safe to call more than once.
+func (s *searchIndex) stopIndexer() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// run is the background indexer: on each wake, it waits indexGather for
+// more writes, then catches the index up with the change log.
+func (s *searchIndex) run() {
+	defer close(s.done)
+	gather := time.NewTimer(0)
+	<-gather.C
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		gather.Reset(indexGather)
+		select {
+		case <-s.stop:
+			gather.Stop()
+			return
+		case <-gather.C:
+		}
+		s.mu.Lock()
+		n, err := s.catchUp()
+		s.mu.Unlock()
+		if err != nil {
+			// The writes are durable; the next wake or Search retries.
+			s.log.Error("search index update failed; will retry", "err", err, "changes", n)
+		}
+	}
+}
+
 // sync makes every change up to seq searchable.
 func (s *searchIndex) sync(seq uint64) error {
 	if s.indexed.Load() >= seq {
@@ -360,6 +437,14 @@ func (s *searchIndex) catchUp() (int, error) {
 	if err != nil || last <= from {
 		return 0, err
 	}
+	if len(changed) == 0 {
+		// Only changes the index need not see (unindexed writes over
+		// unindexed values): nothing to apply, and nothing to persist.
+		// The persisted sequence stays where it is; catching up again
+		// from it after a restart finds the same nothing.
+		s.indexed.Store(last)
+		return 0, nil
+	}
 	batch := s.idx.NewBatch()
 	for id, d := range changed {
 		if d == nil {
@@ -387,14 +472,17 @@ func docID(ck []byte) string { return base64.RawURLEncoding.EncodeToString(ck) }
 // scopeTerm is the indexed scope field of an encoded scope.
 func scopeTerm(enc []byte) string { return base64.RawURLEncoding.EncodeToString(enc) }
 
-// makeDoc builds the document of a kv record. It copies everything out of
-// ck and rec.
+// makeDoc builds the document of a kv record, or returns nil for an
+// unindexed one. It copies everything out of ck and rec.
 func makeDoc(ck, rec []byte) (indexDoc, error) {
-	enc, key, err := splitKey(ck)
+	rev, flags, raw, err := decodeRecord(rec)
 	if err != nil {
 		return nil, err
 	}
-	rev, raw, err := decodeRecord(rec)
+	if flags&recordUnindexed != 0 {
+		return nil, nil
+	}
+	enc, key, err := splitKey(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -456,12 +544,17 @@ func (s *searchIndex) search(ctx context.Context, enc []byte, query string, limi
 // closeFlushTimeout bounds how long close waits for bleve to persist.
 const closeFlushTimeout = 10 * time.Second
 
-// close waits (bounded) until bleve has persisted every applied batch, as
+// close stops the background indexer, applies what it had not, and
+// waits (bounded) until bleve has persisted every applied batch, as
 // bleve's Close drops unpersisted ones, then closes the index. Whatever
 // is not persisted is caught up from the change log on the next open.
 func (s *searchIndex) close() error {
+	s.stopIndexer()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, err := s.catchUp(); err != nil {
+		s.log.Warn("search index catch-up at close failed; it will catch up on next open", "err", err)
+	}
 	if !s.waitPersisted(closeFlushTimeout) {
 		s.log.Warn("closing search index before it persisted; it will catch up on next open",
 			"persisted", s.durable.Load(), "indexed", s.indexed.Load())

@@ -23,8 +23,9 @@ import (
 // Use it in tests and as the conformance suite's second implementation.
 //
 // Its Search is a small BM25 over lower-cased words of the values' text
-// (no stemming or stop words), computed per query over the scope's keys:
-// fine for tests, not for large stores.
+// (no stemming or stop words), computed per query over the scope's
+// indexed keys (unindexed ones are left out, as if absent): fine for
+// tests, not for large stores.
 type Memory struct {
 	core
 
@@ -40,6 +41,7 @@ type Memory struct {
 type memDoc struct {
 	rev        uint64
 	raw        []byte
+	unindexed  bool // then text and the tokens are empty
 	text       string
 	textTokens []token
 	keyTokens  []token
@@ -198,7 +200,9 @@ func (m *Memory) Search(ctx context.Context, s *typesv1.Scope, query string, lim
 	var docs []string
 	i, _ := slices.BinarySearch(m.keys, string(enc))
 	for ; i < len(m.keys) && strings.HasPrefix(m.keys[i], string(enc)); i++ {
-		docs = append(docs, m.keys[i])
+		if !m.docs[m.keys[i]].unindexed {
+			docs = append(docs, m.keys[i])
+		}
 	}
 	textScore := bm25(docs, terms, func(ck string) []token { return m.docs[ck].textTokens })
 	keyScore := bm25(docs, terms, func(ck string) []token { return m.docs[ck].keyTokens })
@@ -285,22 +289,26 @@ func (t memTxn) revision(ck []byte) (uint64, bool, error) {
 	return d.rev, true, nil
 }
 
-func (t memTxn) put(ck []byte, rev uint64, raw []byte) error {
-	v, err := unmarshalValue(raw)
-	if err != nil {
-		return err
+func (t memTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
+	d := &memDoc{rev: rev, raw: bytes.Clone(raw), unindexed: unindexed}
+	if !unindexed {
+		v, err := unmarshalValue(raw)
+		if err != nil {
+			return err
+		}
+		_, key, err := scope.Split(ck)
+		if err != nil {
+			return err
+		}
+		d.text = valueText(v)
+		d.textTokens, d.keyTokens = tokenize(d.text), tokenize(string(key))
 	}
-	_, key, err := scope.Split(ck)
-	if err != nil {
-		return err
-	}
-	text := valueText(v)
 	k := string(ck)
 	if _, ok := t.m.docs[k]; !ok {
 		i, _ := slices.BinarySearch(t.m.keys, k)
 		t.m.keys = slices.Insert(t.m.keys, i, k)
 	}
-	t.m.docs[k] = &memDoc{rev: rev, raw: bytes.Clone(raw), text: text, textTokens: tokenize(text), keyTokens: tokenize(string(key))}
+	t.m.docs[k] = d
 	return nil
 }
 

@@ -44,7 +44,9 @@ import (
 //     secret kept in the database (state_meta), so every replica accepts
 //     the tokens of the others.
 //   - Search is PostgreSQL full-text search: a tsvector column generated
-//     from the value's text (English) and the key's words, a GIN index,
+//     from the value's text (English) and the key's words (both empty,
+//     and the row's indexed column false, for an unindexed value), a GIN
+//     index,
 //     an OR of the query's words (websearch_to_tsquery) ranked with
 //     ts_rank; snippets are cut by the shared snippet code around the
 //     matches ts_headline marks.
@@ -149,7 +151,11 @@ func (p *Postgres) Write(ctx context.Context, s *typesv1.Scope, key string, v *s
 	if err != nil {
 		return WriteResult{}, err
 	}
-	out, err := p.mutate(ctx, mu, pgText(valueText(v)))
+	body := ""
+	if !g.Unindexed {
+		body = pgText(valueText(v))
+	}
+	out, err := p.mutate(ctx, mu, body)
 	if err != nil {
 		return WriteResult{}, err
 	}
@@ -306,7 +312,7 @@ func (p *Postgres) Search(ctx context.Context, s *typesv1.Scope, query string, l
 		FROM (
 			SELECT key, revision, body, ts_rank(search, q) AS rank, q
 			FROM state_items, websearch_to_tsquery('english'::regconfig, $2) AS q
-			WHERE scope = $1 AND search @@ q
+			WHERE scope = $1 AND indexed AND search @@ q
 			ORDER BY rank DESC, key
 			LIMIT $3
 		) AS hits
@@ -510,15 +516,22 @@ func (t *pgTxn) revision(ck []byte) (uint64, bool, error) {
 	return uint64(rev), true, nil
 }
 
-func (t *pgTxn) put(ck []byte, rev uint64, raw []byte) error {
+func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
 	enc, key, err := splitKey(ck)
 	if err != nil {
 		return err
 	}
-	_, err = t.tx.Exec(t.ctx, `INSERT INTO state_items (scope, key, value, revision, body, key_words)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (scope, key) DO UPDATE SET value = EXCLUDED.value, revision = EXCLUDED.revision, body = EXCLUDED.body`,
-		enc, []byte(key), raw, int64(rev), t.body, pgKeyWords(key))
+	body, words := t.body, ""
+	if unindexed {
+		body = "" // nothing of the value or the key reaches the search vector
+	} else {
+		words = pgKeyWords(key)
+	}
+	_, err = t.tx.Exec(t.ctx, `INSERT INTO state_items (scope, key, value, revision, body, key_words, indexed)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (scope, key) DO UPDATE SET value = EXCLUDED.value, revision = EXCLUDED.revision,
+			body = EXCLUDED.body, key_words = EXCLUDED.key_words, indexed = EXCLUDED.indexed`,
+		enc, []byte(key), raw, int64(rev), body, words, !unindexed)
 	return err
 }
 

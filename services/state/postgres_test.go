@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/scope"
@@ -235,6 +236,65 @@ func TestPostgresReplicasShareStore(t *testing.T) {
 	if err != nil || !again.Replayed || again.Revision != first.Revision {
 		t.Fatalf("retry on another replica = %+v, %v; want %d replayed", again, err, first.Revision)
 	}
+}
+
+// TestPostgresUpgradesSchema1: a database at schema version 1 (only
+// migrations/0001_init.sql applied, rows written as that version's
+// binary wrote them) is upgraded on open; its rows stay readable and
+// searchable, and unindexed writes work in it.
+func TestPostgresUpgradesSchema1(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema1, err := pgMigrations.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scope.Session("s")
+	enc := scopeEnc(t, s)
+	raw, err := marshalValue.Marshal(str("an old lynx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		string(schema1),
+		`CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+		`INSERT INTO schema_migrations (version, name) VALUES (1, '0001_init')`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO state_items (scope, key, value, revision, body, key_words) VALUES ($1, 'old', $2, nextval('state_revision'), 'an old lynx', 'old')`, enc, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+
+	p := openPostgresDSN(t, dsn)
+	if it := read(t, p, s, "old"); it.Revision != 1 || it.Value.GetStringValue() != "an old lynx" {
+		t.Fatalf("Read = %v @%d", it.Value, it.Revision)
+	}
+	if got := hitKeys(search(t, p, s, "lynx")); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("Search = %q", got)
+	}
+	if _, err := p.Write(ctx, s, "old", str("an old lynx, unindexed"), Guard{Unindexed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := hitKeys(search(t, p, s, "lynx old")); len(got) != 0 {
+		t.Fatalf("Search = %q", got)
+	}
+}
+
+// scopeEnc is the stored encoding of s.
+func scopeEnc(t *testing.T, s *typesv1.Scope) []byte {
+	t.Helper()
+	enc, err := scope.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enc
 }
 
 // TestPostgresOpenErrors checks the kinds of OpenPostgres failures.

@@ -43,6 +43,7 @@ func (s *Server) Write(ctx context.Context, req *statev1.WriteRequest) (*statev1
 	res, err := s.b.Write(ctx, req.GetScope(), req.GetKey(), req.GetValue(), Guard{
 		ExpectedRevision: writeExpected(req),
 		IdempotencyKey:   req.GetIdempotencyKey(),
+		Unindexed:        req.GetUnindexed(),
 	})
 	if err != nil {
 		return nil, err

@@ -139,6 +139,19 @@ func TestServerOverGRPC(t *testing.T) {
 			if res := sr.GetResults()[0]; res.GetSnippet() != "searchable item" || res.GetRevision() == 0 || res.GetScore() <= 0 {
 				t.Fatalf("result %v", res)
 			}
+
+			// unindexed reaches the backend: stored and read, never found.
+			u, err := c.Write(ctx, &statev1.WriteRequest{Scope: s, Key: "history/1", Value: str("private pelican"), Unindexed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := c.Read(ctx, &statev1.ReadRequest{Scope: s, Key: "history/1"}); err != nil || r.GetRevision() != u.GetRevision() {
+				t.Fatalf("Read unindexed = %v, %v", r, err)
+			}
+			sr, err = c.Search(ctx, &statev1.SearchRequest{Scope: s, Query: "pelican"})
+			if err != nil || len(sr.GetResults()) != 0 {
+				t.Fatalf("Search unindexed = %v, %v", sr.GetResults(), err)
+			}
 		})
 	}
 }
