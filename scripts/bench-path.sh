@@ -97,9 +97,11 @@ END {
   }
   print ""
   print "CPU is read from each process'"'"'s CPU-time clock (every thread, kernel time of fsync included)"
-  print "over the measurement, divided by the model calls the mock answered. The hand loop'"'"'s wall"
-  print "column is per conversation. Every acknowledgement is durable: State and the journal fsync"
-  print "each commit. Peak RSS is each process'"'"'s VmHWM over the measurement."
+  print "over the measurement, divided by the model calls the mock answered; the client and the mock"
+  print "are not counted. Wall ms / dispatch is the run'"'"'s elapsed time over its dispatches (the hand"
+  print "loop'"'"'s: conversations), so at c=16 the inverse of throughput; p50 and p99 are the latencies"
+  print "of single dispatches. Every acknowledgement is durable: State and the journal fsync each"
+  print "commit. Peak RSS is each process'"'"'s VmHWM over the measurement."
 }' "$out"
 
 # Where the CPU goes: each profile's samples per process, by category (the
@@ -113,7 +115,7 @@ if [[ -n "${PERF_DIR:-}" ]]; then
     perf script -i "$data" -F pid,ip,sym 2>/dev/null | awk -v pids="${data%.data}.pids" '
 BEGIN {
   while ((getline line < pids) > 0) { split(line, f, " "); name[f[1]] = f[2] }
-  ncat = split("GC|bleve index|fsync|bbolt|logging|JSON|protobuf + protovalidate|HTTP client (model calls)|gRPC + HTTP/2|syscalls (network, futex)|Go scheduler|other", cats, "|")
+  ncat = split("GC|bleve index|fsync|bbolt|logging|JSON|protobuf (protojson, protovalidate)|HTTP client (model calls)|gRPC + HTTP/2|syscalls (network, futex)|Go scheduler|other", cats, "|")
 }
 function classify(s) {
   if (s ~ /runtime\.gcBgMarkWorker|runtime\.gcAssistAlloc|runtime\.bgsweep|runtime\.bgscavenge|runtime\.gcStart|runtime\.markroot/) return "GC"
@@ -122,7 +124,7 @@ function classify(s) {
   if (s ~ /go\.etcd\.io\/bbolt/) return "bbolt"
   if (s ~ /log\/slog|pkg\/logging/) return "logging"
   if (s ~ /encoding\/json|protojson|apijson|apiform|gjson|sjson/) return "JSON"
-  if (s ~ /google\.golang\.org\/protobuf|protovalidate|cel-go/) return "protobuf + protovalidate"
+  if (s ~ /google\.golang\.org\/protobuf|protovalidate|cel-go/) return "protobuf (protojson, protovalidate)"
   if (s ~ /net\/http\.|openai-go/) return "HTTP client (model calls)"
   if (s ~ /google\.golang\.org\/grpc|golang\.org\/x\/net\/http2/) return "gRPC + HTTP/2"
   if (s ~ /entry_SYSCALL|syscall\.Syscall|internal\/runtime\/syscall/) return "syscalls (network, futex)"

@@ -43,6 +43,30 @@
 // reported; with -perf DIR, `perf record` samples the services during
 // each measurement (see scripts/bench-path.sh).
 //
+// Measured at bc937e2 on a 2-CPU VM (AMD EPYC, ext4), Go 1.26, with
+// NEURON_TEST_BINARIES=<binaries of that commit> COUNT=3 BENCHTIME=2s
+// scripts/bench-path.sh (medians of 3 runs; CPU µs per model call, peak
+// RSS in MiB):
+//
+//	| variant                  | c  | CPU µs | vs hand | wall ms/dispatch | p50 ms | p99 ms | by process (CPU µs)                                           | peak RSS MiB                                       |
+//	|--------------------------|----|--------|---------|------------------|--------|--------|---------------------------------------------------------------|----------------------------------------------------|
+//	| dispatch via operator    | 1  | 8368   | 18.8x   | 44.8             | 42.2   | 73.2   | orchestrator 2417, operator 1199, state 4752                  | orchestrator 41, operator 62, state 38             |
+//	| dispatch via environment | 1  | 9885   | 22.2x   | 76.1             | 56.5   | 333.5  | orchestrator 2543, environment 705, operator 1275, state 5266 | orch. 41, environment 54, operator 60, state 38    |
+//	| hand loop                | 1  | 446    | 1x      | 2.6              |        |        | handloop 446                                                  | handloop 40                                        |
+//	| dispatch via operator    | 16 | 5301   | 10.1x   | 20.3             | 288.6  | 521.4  | orchestrator 1541, operator 1189, state 2579                  | orchestrator 48, operator 65, state 46             |
+//	| dispatch via environment | 16 | 5253   | 10.0x   | 25.9             | 371.0  | 701.3  | orchestrator 1289, environment 519, operator 979, state 2457  | orch. 48, environment 56, operator 65, state 42    |
+//	| hand loop                | 16 | 525    | 1x      | 2.8              |        |        | handloop 525                                                  | handloop 45                                        |
+//
+// The target (at most 2x the hand loop at c=1 and c=16) was missed by
+// 10-22x. Where it went (PERF_DIR profiles of the same commit): State
+// spends 55-60% of its CPU in bleve (indexing and merging segments on
+// every Write, history included) and 15-20% in GC; the orchestrator about
+// 30% in bbolt commits and fsync of the journal and 20% in protobuf
+// (reading workflow records back, encoding new ones); the operator 10-13%
+// encoding the history entry (encodeEntry: JSON, then protojson into a
+// structpb.Value); the environment's local backend 17% scrubbing the
+// output and 16% unmarshalling it.
+//
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
 //
