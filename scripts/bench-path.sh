@@ -8,8 +8,12 @@
 #   Path/route=operator     client -> orchestrator (bbolt journal) ->
 #                           operator -> mock; history read from and
 #                           written to State (bbolt)
-#   Path/route=environment  the same with the environment service (local
-#                           backend) between orchestrator and operator
+#   Path/route=environment-local    the same with the environment service
+#                           (local backend) between orchestrator and operator
+#   Path/route=environment-process  the environment's process backend: a
+#                           fresh sandboxed operator process per dispatch
+#                           (its CPU: "sandboxes"); skipped where the
+#                           sandbox cannot run
 #   HandLoop                the handloop command against the same mock
 # See internal/pathbench/doc.go. COUNT runs (default 3), medians reported;
 # BENCHTIME (default 3s) per measurement; K tool calls (default 3).
@@ -73,15 +77,15 @@ function by(name, suffix, f,   p, s, x) {
   for (i = 3; i < NF; i += 2) v[name, $(i + 1), n[name]] = $i
 }
 END {
-  np = split("orchestrator environment operator state handloop", procs, " ")
+  np = split("orchestrator environment sandboxes operator state handloop", procs, " ")
   printf "\nWhole dispatched path, K=%d tool calls (%d model calls per dispatch): median of %d runs each; %s CPUs, %s\n\n", k, k + 1, runs, cpus, gov
   print "| variant | concurrency | CPU µs / model call | vs hand loop | target <= 2x | wall ms / dispatch | p50 ms | p99 ms | CPU µs / model call by process | peak RSS MiB by process |"
   print "|---|---:|---:|---:|---|---:|---:|---:|---|---|"
   split("1 16", concs, " ")
-  split("Path/route=operator Path/route=environment HandLoop", variants, " ")
+  nv = split("Path/route=operator Path/route=environment-local Path/route=environment-process HandLoop", variants, " ")
   for (c = 1; c <= 2; c++) {
     hand = m("HandLoop/c=" concs[c], "cpu-us/call")
-    for (j = 1; j <= 3; j++) {
+    for (j = 1; j <= nv; j++) {
       name = variants[j] "/c=" concs[c]
       if (!n[name]) continue
       cpu = m(name, "cpu-us/call")
@@ -133,7 +137,7 @@ function classify(s) {
 }
 function flush(   p) {
   if (pid != "") {
-    p = (pid in name) ? name[pid] : pid
+    p = (pid in name) ? name[pid] : "children"  # the sandboxed operators
     cnt[p, classify(stack)]++; tot[p]++
     if (!(p in seen)) { seen[p] = 1; order[++np] = p }
   }

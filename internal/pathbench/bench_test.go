@@ -30,6 +30,7 @@ import (
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/sandbox"
 )
 
 var (
@@ -60,15 +61,33 @@ const (
 	toolArgs = `{"path":"bench.txt"}`
 	toolFile = "bench.txt"
 	toolText = "The quick brown fox jumps over the lazy dog.\n"
+	// In the sandbox (routeEnvProcess): the write tool, and the model's
+	// host name, pinned by the egress proxy to the mock.
+	sandboxToolArgs  = `{"path":"bench.txt","content":"The quick brown fox jumps over the lazy dog.\n"}`
+	sandboxModelHost = "model.bench"
+)
+
+// The routes of BenchmarkPath: where the orchestrator sends the agent.
+const (
+	// routeOperator: the operator service.
+	routeOperator = "operator"
+	// routeEnvLocal: the environment service's local backend, which
+	// forwards to the operator service (no isolation).
+	routeEnvLocal = "environment-local"
+	// routeEnvProcess: the environment service's process backend, a
+	// fresh operator process per dispatch in the sandbox (Landlock,
+	// namespaces, cgroup, seccomp), reaching the mock through the
+	// invocation's egress proxy and State through its read-only bridge.
+	routeEnvProcess = "environment-process"
 )
 
 // BenchmarkPath dispatches an agent through the real binaries: gRPC
-// client -> orchestrator (bbolt journal) -> operator (or environment ->
-// operator) -> the mock model, K tool calls, each dispatch in a session
-// of its own, so its history is read from and written to State. Only
-// the services' CPU is counted.
+// client -> orchestrator (bbolt journal) -> operator (directly, or
+// through the environment service) -> the mock model, K tool calls, each
+// dispatch in a session of its own, so its history is read from and
+// written to State. Only the services' CPU is counted.
 func BenchmarkPath(b *testing.B) {
-	for _, route := range []string{"operator", "environment"} {
+	for _, route := range []string{routeOperator, routeEnvLocal, routeEnvProcess} {
 		b.Run("route="+route, func(b *testing.B) {
 			w := startWorld(b, route)
 			for _, conc := range concurrencies {
@@ -119,6 +138,10 @@ func skipUnlessLinux(b *testing.B) {
 type measured struct {
 	name string
 	pid  int
+	// children: the CPU time of the process's children that have ended
+	// (the sandboxed operators of the environment's process backend),
+	// not its own; no peak RSS.
+	children bool
 }
 
 // world is the running system of one route.
@@ -140,10 +163,26 @@ func startWorld(b *testing.B, route string) *world {
 	opBin := testenv.BuildStatic(b, operatorPkg)
 	orchBin := testenv.BuildStatic(b, orchestratorPkg)
 	var envBin string
-	if route == "environment" {
+	if route != routeOperator {
 		envBin = testenv.BuildStatic(b, environmentPkg)
 	}
-	w := &world{mock: benchkit.StartMockModel(b, *toolCalls, toolName, toolArgs), run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if route == routeEnvProcess {
+		if err := sandbox.Supported(); err != nil {
+			b.Skipf("the process backend cannot run here: %v", err)
+		}
+		if err := sandbox.CgroupSupported(); err != nil {
+			b.Skipf("the process backend cannot run here: %v", err)
+		}
+	}
+	w := &world{run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if route == routeEnvProcess {
+		// The sandbox's workspace is a fresh, empty tmpfs, discarded
+		// after the call: the agent writes the file instead of reading
+		// it, the cheapest tool call that succeeds there.
+		w.mock = benchkit.StartMockModel(b, *toolCalls, "write", sandboxToolArgs)
+	} else {
+		w.mock = benchkit.StartMockModel(b, *toolCalls, toolName, toolArgs)
+	}
 	dir := b.TempDir()
 	ws := filepath.Join(dir, "workspace")
 	if err := os.MkdirAll(ws, 0o700); err != nil {
@@ -168,18 +207,35 @@ func startWorld(b *testing.B, route string) *world {
 		w.ours = append(w.ours, &measured{name: name, pid: p.Pid()})
 	}
 	start("state", stateBin, "layer0.state.v1.StateService", "--data-dir", filepath.Join(dir, "state"))
-	// Only the read tool (no bash, write, edit, effect tools): the model
-	// requests carry one tool definition, as the hand loop's do.
-	start("operator", opBin, "layer0.operator.v1.OperatorService",
-		"--state-addr", addr["state"], "--lifecycle-addr", addr["orchestrator"], "--workspace", ws,
-		"--compatible-base-url", w.mock.URL, "--model", model, "--tools", toolName, "--effect-tools=false")
-	target := "operator: " + addr["operator"]
-	if route == "environment" {
-		// The local backend: the environment service forwards each
-		// invocation to the operator service (no isolation).
+	var target string
+	switch route {
+	case routeOperator, routeEnvLocal:
+		// Only the read tool (no bash, write, edit, effect tools): the
+		// model requests carry one tool definition, as the hand loop's do.
+		start("operator", opBin, "layer0.operator.v1.OperatorService",
+			"--state-addr", addr["state"], "--lifecycle-addr", addr["orchestrator"], "--workspace", ws,
+			"--compatible-base-url", w.mock.URL, "--model", model, "--tools", toolName, "--effect-tools=false")
+		target = "operator: " + addr["operator"]
+		if route == routeEnvLocal {
+			start("environment", envBin, "layer0.environment.v1.EnvironmentService",
+				"--backend", "local", "--operator-addr", addr["operator"], "--data-dir", filepath.Join(dir, "environment"))
+			target = "environment: " + addr["environment"]
+		}
+	case routeEnvProcess:
+		// The operator runs as the backend starts it (one-shot, its
+		// workspace, the egress proxy and the state bridge on sockets),
+		// with the model at a name the proxy pins to the mock.
+		mockHost := strings.TrimSuffix(strings.TrimPrefix(w.mock.URL, "http://"), "/v1")
 		start("environment", envBin, "layer0.environment.v1.EnvironmentService",
-			"--backend", "local", "--operator-addr", addr["operator"], "--data-dir", filepath.Join(dir, "environment"))
-		target = "environment: " + addr["environment"]
+			"--backend", "process", "--operator-binary", opBin, "--data-dir", filepath.Join(dir, "environment"),
+			"--state-addr", addr["state"], "--egress-static-hosts", sandboxModelHost+"="+mockHost,
+			"--operator-args", "--compatible-base-url http://"+sandboxModelHost+"/v1 --model "+model+" --tools write --effect-tools=false")
+		w.ours = append(w.ours, &measured{name: "sandboxes", pid: w.ours[len(w.ours)-1].pid, children: true})
+		// As `neuron up` writes it for the process sandbox, with the
+		// model's host allowed.
+		target = "environment: " + addr["environment"] + "\n    spec: {timeout: 60s, isolation: [{process: {}}], " +
+			`resources: {memory: "512Mi", max_processes: 64}, ` +
+			"network: {default_action: NETWORK_ACTION_DENY, rules: [{destination: " + sandboxModelHost + ", action: NETWORK_ACTION_ALLOW}]}}"
 	}
 	agents := filepath.Join(dir, "agents.yaml")
 	reg := fmt.Sprintf("agents:\n  - id: %s\n    %s\n    retry: {max_attempts: 1}\n", agentID, target)
@@ -245,6 +301,10 @@ type usage map[string]time.Duration
 func snapshot(b *testing.B, ps []*measured) usage {
 	u := usage{}
 	for _, p := range ps {
+		if p.children {
+			u[p.name] = cpuTime(b, p)
+			continue
+		}
 		// 5: reset the peak RSS (proc(5), /proc/pid/clear_refs).
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
 			b.Logf("resetting the peak RSS of %s: %v (the peak since its start is reported)", p.name, err)
@@ -265,7 +325,9 @@ func report(b *testing.B, ps []*measured, start usage, calls int64, elapsed time
 		d := cpuTime(b, p) - start[p.name]
 		total += d
 		b.ReportMetric(benchkit.Micros(d)/float64(calls), p.name+"-cpu-us/call")
-		b.ReportMetric(peakRSS(b, p)/1024, p.name+"-rss-MiB")
+		if !p.children {
+			b.ReportMetric(peakRSS(b, p)/1024, p.name+"-rss-MiB")
+		}
 	}
 	b.ReportMetric(benchkit.Micros(total)/float64(calls), "cpu-us/call")
 	b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
@@ -276,6 +338,9 @@ func report(b *testing.B, ps []*measured, start usage, calls int64, elapsed time
 // that ended included), in nanoseconds: the process's CPU-time clock
 // (clock_getcpuclockid(3)), read from outside.
 func cpuTime(b *testing.B, p *measured) time.Duration {
+	if p.children {
+		return childrenCPU(b, p)
+	}
 	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel.
 	clock := int32(^uint32(p.pid)<<3 | 2)
 	var ts unix.Timespec
@@ -283,6 +348,30 @@ func cpuTime(b *testing.B, p *measured) time.Duration {
 		b.Fatalf("CPU time of %s (pid %d): %v", p.name, p.pid, err)
 	}
 	return time.Duration(ts.Nano())
+}
+
+// childrenCPU is the CPU time of the process's children that ended and
+// were waited for (and of theirs), from /proc/PID/stat (cutime, cstime:
+// clock ticks, 10 ms).
+func childrenCPU(b *testing.B, p *measured) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		b.Fatalf("stat of %s: %v", p.name, err)
+	}
+	// The fields after the command, which is in parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	// f[0] is field 3 (state); cutime and cstime are fields 16 and 17.
+	if len(f) < 15 {
+		b.Fatalf("stat of %s: %q", p.name, data)
+	}
+	cu, err1 := strconv.ParseInt(f[13], 10, 64)
+	cs, err2 := strconv.ParseInt(f[14], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		b.Fatalf("stat of %s: %v", p.name, err)
+	}
+	const tick = 10 * time.Millisecond // sysconf(_SC_CLK_TCK) is 100 on Linux
+	return time.Duration(cu+cs) * tick
 }
 
 // peakRSS is the process's VmHWM in KiB.
@@ -312,10 +401,13 @@ func startPerf(b *testing.B, variant string, conc int, ps []*measured) func() {
 	if err := os.MkdirAll(*profileDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	pids := make([]string, len(ps))
+	var pids []string
 	var names strings.Builder // which process each pid is, for the report
-	for i, p := range ps {
-		pids[i] = strconv.Itoa(p.pid)
+	for _, p := range ps {
+		if p.children {
+			continue // perf follows the children of the processes it records
+		}
+		pids = append(pids, strconv.Itoa(p.pid))
 		fmt.Fprintf(&names, "%d %s\n", p.pid, p.name)
 	}
 	out := filepath.Join(*profileDir, fmt.Sprintf("%s-c%d.data", variant, conc))

@@ -13,15 +13,23 @@
 // (dev mode, JSON logs at info level to files). Each op is one Dispatch of
 // the agent in a session of its own, so the operator reads the session's
 // history from State and the orchestrator writes the new turns back: K+1
-// model calls, K tool calls, four journal commits. Two routes:
+// model calls, K tool calls, four journal commits. Three routes:
 //
 //   - route=operator: orchestrator -> operator service;
-//   - route=environment: orchestrator -> environment service (the local
-//     backend, forwarding to the operator service, no isolation) ->
-//     operator. The process backend (a fresh sandboxed operator process
-//     per call) needs Landlock and cgroups, which the machine it was
-//     written on lacks, and would measure process start-up rather than
-//     the path.
+//   - route=environment-local: orchestrator -> environment service (the
+//     local backend, forwarding to the operator service, no isolation)
+//     -> operator;
+//   - route=environment-process: orchestrator -> environment service (the
+//     process backend) -> a fresh operator process per dispatch in the
+//     sandbox (Landlock, namespaces, cgroup, seccomp, the spec `neuron up`
+//     writes, plus the model's host allowed), which reaches the mock
+//     through the invocation's egress proxy (--egress-static-hosts pins
+//     the name to the mock) and reads its history through the read-only
+//     state bridge. Its workspace is an empty tmpfs, so there the mock
+//     asks for the write tool instead of read. The sandboxed operators'
+//     CPU is the environment's children's (cutime and cstime of
+//     /proc/PID/stat, 10 ms ticks), reported as "sandboxes"; their peak
+//     RSS is not reported. It skips where the sandbox cannot run.
 //
 // BenchmarkHandLoop runs the same conversations in the handloop command
 // (internal/benchkit/handloop: openai-go, the same system prompt and
@@ -30,7 +38,7 @@
 //
 // Each runs at concurrency 1 and 16. Reported per op (a dispatch, or a
 // hand-loop conversation): cpu-us/call, the CPU time of our processes
-// (state, operator, orchestrator, environment; or the hand loop) per
+// (state, operator, orchestrator, environment, sandboxes; or the hand loop) per
 // model call, read from outside through each process's CPU-time clock
 // (clock_getcpuclockid: nanoseconds, every thread); <process>-cpu-us/call
 // for each; <process>-rss-MiB, each process's peak RSS (VmHWM, reset
