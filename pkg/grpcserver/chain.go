@@ -31,10 +31,12 @@ type chain struct {
 // service's own interceptors (the Middleware protocol's boundaries,
 // pkg/middleware) come last: they see authenticated, validated calls.
 func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) (chain, error) {
-	validator, err := protovalidate.New()
-	if err != nil {
-		return chain{}, fmt.Errorf("protovalidate: %w", err)
-	}
+	// protovalidate's process-wide validator, built on the first call it
+	// checks (not here: its CEL environment takes every message type
+	// linked into the binary, megabytes and milliseconds a server that is
+	// only starting does not need) and shared with the other validations
+	// of the process.
+	validator := protovalidate.GlobalValidator
 	principal := calllog.WithFields(func(ctx context.Context) []slog.Attr {
 		if p := auth.PrincipalFrom(ctx); p != nil {
 			return []slog.Attr{slog.String("principal", p.Name)}

@@ -338,8 +338,7 @@ var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // registryParser holds the state of one parse.
 type registryParser struct {
-	name      string // "agent registry <path>", prefixed to every error
-	validator protovalidate.Validator
+	name string // "agent registry <path>", prefixed to every error
 }
 
 func parseRegistry(data []byte, name string) (*Registry, error) {
@@ -618,12 +617,9 @@ func (p *registryParser) spec(raw json.RawMessage) (*environmentv1.EnvironmentSp
 	if err := protojson.Unmarshal(js, spec); err != nil {
 		return nil, fmt.Errorf("spec: %s", protoErrorPrefix.ReplaceAllString(err.Error(), ""))
 	}
-	if p.validator == nil {
-		if p.validator, err = protovalidate.New(); err != nil {
-			return nil, fmt.Errorf("spec: cannot build the validator: %v", err)
-		}
-	}
-	if err := p.validator.Validate(spec); err != nil {
+	// protovalidate's process-wide validator (built once, on first use),
+	// the one the server's chain checks requests with.
+	if err := protovalidate.Validate(spec); err != nil {
 		var verr *protovalidate.ValidationError
 		if !errors.As(err, &verr) {
 			return nil, fmt.Errorf("spec: %v", err)
