@@ -337,6 +337,7 @@ func TestParseErrors(t *testing.T) {
 		{"name with space", file(`{"name": "gpt 4o", "provider": "p", ` + price + `}`), `models[0] "gpt 4o": name: "gpt 4o" holds whitespace, a control character or a comma`},
 		{"missing provider", file(`{"name": "a", ` + price + `}`), `models[0] "a": provider: required`},
 		{"bad provider", file(`{"name": "a", "provider": "Open AI", ` + price + `}`), `models[0] "a": provider: "Open AI" must be lowercase letters, digits, '.', '_' or '-' (such as "anthropic" or "ollama")`},
+		{"provider too long", file(`{"name": "a", "provider": "` + strings.Repeat("p", 65) + `", ` + price + `}`), `models[0] "a": provider: "` + strings.Repeat("p", 65) + `" must be lowercase letters, digits, '.', '_' or '-' (such as "anthropic" or "ollama")`},
 		{"alias is own name", file(`{"name": "a", "provider": "p", "aliases": ["b", "a"], ` + price + `}`), `models[0] "a": aliases[1]: "a" is the model's own name`},
 		{"duplicate alias", file(`{"name": "a", "provider": "p", "aliases": ["b", "b"], ` + price + `}`), `models[0] "a": aliases[1]: duplicate of aliases[0] "b"`},
 		{"empty alias", file(`{"name": "a", "provider": "p", "aliases": [""], ` + price + `}`), `models[0] "a": aliases[0]: required`},
@@ -367,6 +368,11 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("provider of 64 bytes", func(t *testing.T) {
+		if _, err := Parse([]byte(file(`{"name": "a", "provider": "`+strings.Repeat("p", 64)+`", `+price+`}`)), "test.json"); err != nil {
+			t.Errorf("err = %v, want nil", err)
+		}
+	})
 	t.Run("alias taken by another entry", func(t *testing.T) {
 		_, err := Parse([]byte(file(`{"name": "a", "provider": "p", "aliases": ["x"], `+price+`}, {"name": "b", "provider": "p", "aliases": ["x"], `+price+`}`)), "test.json")
 		want := `catalog test.json: model "b": alias "x" is already taken by model "a" (test.json): invalid argument`

@@ -286,13 +286,18 @@ func checkName(n string) error {
 	return nil
 }
 
-var providerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+// providerRE and maxProvider: a provider name of at most 64 bytes. The
+// length is checked apart: a counted repetition such as {0,63} compiles
+// into one copy of the class per count, built when the process starts.
+var providerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+const maxProvider = 64
 
 func checkProvider(p string) error {
 	if p == "" {
 		return errors.New("required")
 	}
-	if !providerRE.MatchString(p) {
+	if len(p) > maxProvider || !providerRE.MatchString(p) {
 		return fmt.Errorf("%q must be lowercase letters, digits, '.', '_' or '-' (such as \"anthropic\" or \"ollama\")", p)
 	}
 	return nil
