@@ -51,29 +51,36 @@
 // reported; with -perf DIR, `perf record` samples the services during
 // each measurement (see scripts/bench-path.sh).
 //
-// Measured at bc937e2 on a 2-CPU VM (AMD EPYC, ext4), Go 1.26, with
+// Measured at de6d001 on a 2-CPU VM (AMD EPYC, ext4), Go 1.26, with
 // NEURON_TEST_BINARIES=<binaries of that commit> COUNT=3 BENCHTIME=2s
-// scripts/bench-path.sh (medians of 3 runs; CPU µs per model call, peak
-// RSS in MiB):
+// scripts/bench-path.sh (medians of 3 runs; CPU µs per model call):
 //
-//	| variant                  | c  | CPU µs | vs hand | wall ms/dispatch | p50 ms | p99 ms | by process (CPU µs)                                           | peak RSS MiB                                       |
-//	|--------------------------|----|--------|---------|------------------|--------|--------|---------------------------------------------------------------|----------------------------------------------------|
-//	| dispatch via operator    | 1  | 8368   | 18.8x   | 44.8             | 42.2   | 73.2   | orchestrator 2417, operator 1199, state 4752                  | orchestrator 41, operator 62, state 38             |
-//	| dispatch via environment | 1  | 9885   | 22.2x   | 76.1             | 56.5   | 333.5  | orchestrator 2543, environment 705, operator 1275, state 5266 | orch. 41, environment 54, operator 60, state 38    |
-//	| hand loop                | 1  | 446    | 1x      | 2.6              |        |        | handloop 446                                                  | handloop 40                                        |
-//	| dispatch via operator    | 16 | 5301   | 10.1x   | 20.3             | 288.6  | 521.4  | orchestrator 1541, operator 1189, state 2579                  | orchestrator 48, operator 65, state 46             |
-//	| dispatch via environment | 16 | 5253   | 10.0x   | 25.9             | 371.0  | 701.3  | orchestrator 1289, environment 519, operator 979, state 2457  | orch. 48, environment 56, operator 65, state 42    |
-//	| hand loop                | 16 | 525    | 1x      | 2.8              |        |        | handloop 525                                                  | handloop 45                                        |
+//	| variant              | c  | CPU µs | vs hand | wall ms/dispatch | p50 ms | p99 ms | CPU µs by process                                       | peak RSS MiB                                |
+//	|----------------------|----|--------|---------|------------------|--------|--------|---------------------------------------------------------|---------------------------------------------|
+//	| via operator         | 1  | 4080   | 8.3x    | 41.9             | 30.4   | 126.0  | orchestrator 2136, operator 1111, state 833             | orch 43, operator 60, state 34              |
+//	| via env. local       | 1  | 4971   | 10.1x   | 34.7             | 32.5   | 66.4   | orch 2170, environment 681, operator 1185, state 845    | orch 45, env 55, operator 60, state 34      |
+//	| via env. process     | 1  | 35699  | 72.8x   | 300.4            | 225.2  | 828.1  | orch 2134, environment 3817, sandboxes 28077, state 844 | orch 41, env 54, state 32                   |
+//	| hand loop            | 1  | 490    | 1x      | 2.9              |        |        | handloop 490                                            | handloop 41                                 |
+//	| via operator         | 16 | 2764   | 5.3x    | 13.8             | 210.5  | 347.8  | orchestrator 1220, operator 978, state 546              | orch 53, operator 64, state 37              |
+//	| via env. local       | 16 | 3447   | 6.6x    | 15.7             | 234.6  | 494.3  | orch 1288, environment 535, operator 1051, state 574    | orch 51, env 56, operator 64, state 36      |
+//	| via env. process     | 16 | 40021  | 76.9x   | 228.0            | 2254.5 | 2278.0 | orch 1562, environment 3994, sandboxes 33611, state 772 | orch 42, env 56, state 33                   |
+//	| hand loop            | 16 | 520    | 1x      | 3.4              |        |        | handloop 520                                            | handloop 44                                 |
 //
-// The target (at most 2x the hand loop at c=1 and c=16) was missed by
-// 10-22x. Where it went (PERF_DIR profiles of the same commit): State
-// spends 55-60% of its CPU in bleve (indexing and merging segments on
-// every Write, history included) and 15-20% in GC; the orchestrator about
-// 30% in bbolt commits and fsync of the journal and 20% in protobuf
-// (reading workflow records back, encoding new ones); the operator 10-13%
-// encoding the history entry (encodeEntry: JSON, then protojson into a
-// structpb.Value); the environment's local backend 17% scrubbing the
-// output and 16% unmarshalling it.
+// The target (at most 2x the hand loop at c=1 and c=16) is missed. At
+// bc937e2, before State honoured unindexed history writes (2d8d62d),
+// State alone took 4.8 ms per model call, 55-60% of it in bleve. Where
+// the CPU goes now (PERF_DIR profiles of de6d001): the orchestrator about
+// 35% in bbolt commits of the journal (15% of it fsync) and 7-12%
+// reading workflow records back and unmarshalling them; the operator
+// 10-12% encoding the history entry (encodeEntry: JSON, then protojson
+// into a structpb.Value) and about 15% in the model call's HTTP and JSON,
+// which the hand loop pays too; State 20% in bbolt and fsync and 11% in
+// protovalidate; the environment's local backend scrubbing and
+// unmarshalling the output. On the process backend, a dispatch's
+// sandboxed operator costs about 110 ms of CPU: Go package initialisation
+// of the operator binary and of the sandbox trampoline (the environment
+// binary re-executed, whose inits include client-go's scheme), building
+// protovalidate's rules (CEL compilation) anew in every process, and GC.
 //
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
