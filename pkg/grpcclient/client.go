@@ -53,6 +53,11 @@ type Config struct {
 	// failing UNAVAILABLE at once: for calls between services, where a
 	// peer's restart must not fail the work. Off, a call fails fast.
 	WaitForReady bool
+	// Telemetry installs otelgrpc's client stats handler: a span and
+	// metrics per call, to the process's OpenTelemetry providers. Off,
+	// calls still carry the trace context and baggage (the process's
+	// propagator) to the server, without a span or metrics of their own.
+	Telemetry bool
 }
 
 // Defaults.
@@ -108,7 +113,6 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		size = msgsize.Max
 	}
 	opts := []grpc.DialOption{
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithStaticStreamWindowSize(streamWindowBytes),
 		grpc.WithStaticConnWindowSize(connWindowBytes),
 		// The servers' limits, not grpc-go's 4 MiB receive default.
@@ -135,7 +139,15 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		}
 		opts = append(opts, grpc.WithPerRPCCredentials(Bearer{Token: tok, AllowPlaintext: cfg.Dev || cfg.Plaintext}))
 	}
-	unary := []grpc.UnaryClientInterceptor{defaultDeadline(timeout)}
+	var unary []grpc.UnaryClientInterceptor
+	if cfg.Telemetry {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	} else {
+		// Outermost, so that retries reuse the metadata.
+		unary = append(unary, propagateUnary(globalPropagator))
+		opts = append(opts, grpc.WithChainStreamInterceptor(propagateStream(globalPropagator)))
+	}
+	unary = append(unary, defaultDeadline(timeout))
 	if retries > 0 {
 		unary = append(unary, retry.UnaryClientInterceptor(
 			retry.WithMax(uint(retries)+1), // WithMax counts attempts, not retries

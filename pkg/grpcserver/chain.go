@@ -52,9 +52,12 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 	em := errmap.WithLogger(log)
 
 	var c chain
-	// 0. a slot the call logger reads the principal from, once auth sets it.
-	c.unary = append(c.unary, auth.UnarySlotInterceptor())
-	c.stream = append(c.stream, auth.StreamSlotInterceptor())
+	// 0. a slot the call logger reads the principal from, once auth sets
+	//    it (without auth, in dev, there is never a principal to log).
+	if policy != nil {
+		c.unary = append(c.unary, auth.UnarySlotInterceptor())
+		c.stream = append(c.stream, auth.StreamSlotInterceptor())
+	}
 	// 1. calllog: one line per finished call, through the redacting logger.
 	c.unary = append(c.unary, calllog.UnaryServerInterceptor(log, principal))
 	c.stream = append(c.stream, calllog.StreamServerInterceptor(log, principal))

@@ -6,7 +6,7 @@
 // interceptors of pkg/interceptor and go-grpc-middleware v2:
 //
 //	otelgrpc stats handler   traces and metrics for every call (--otel)
-//	auth principal slot      where auth leaves the principal for calllog (auth)
+//	auth principal slot      where auth leaves the principal for calllog (auth; not in dev)
 //	calllog                  one structured line per finished call (redacted)
 //	errmap                   errors to statuses, once (errs.ToStatus)
 //	recovery                 panics become INTERNAL "internal error"
