@@ -38,6 +38,9 @@ type run struct {
 	log      *slog.Logger
 	start    time.Time
 	keyBase  string
+	// metadata is the input's metadata as providers take it, converted
+	// once per invocation (nil without metadata); providers only read it.
+	metadata map[string]any
 	// callerBound is set when the caller's deadline, not max_duration,
 	// bounds the loop.
 	callerBound bool
@@ -216,7 +219,7 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 		Messages:  r.messages,
 		Tools:     r.specs,
 		MaxTokens: r.op.cfg.MaxTokens,
-		Metadata:  r.in.GetMetadata().AsMap(),
+		Metadata:  r.metadata,
 		SessionID: r.in.GetSessionId(),
 	}
 	if r.events != nil {
@@ -244,16 +247,20 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 	if r.answered == "" {
 		r.answered = r.model
 	}
-	r.log.Debug("model call", "turn", turn, "model", r.answered, "stop", resp.Stop.String(),
-		"tokens_in", resp.Usage.InputTokens, "tokens_out", resp.Usage.OutputTokens, "cost", resp.Cost.String())
-	if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ModelCallFinished{
-		ModelCallFinished: &operatorv1.ModelCallFinished{
-			Turn: turn, Model: r.answered,
-			TokensIn: resp.Usage.InputTokens, TokensOut: resp.Usage.OutputTokens,
-			Cost: money.FromDecimal(resp.Cost), CumulativeCost: money.FromDecimal(r.cost),
-		},
-	}}); err != nil {
-		return nil, err
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		r.log.Debug("model call", "turn", turn, "model", r.answered, "stop", resp.Stop.String(),
+			"tokens_in", resp.Usage.InputTokens, "tokens_out", resp.Usage.OutputTokens, "cost", resp.Cost.String())
+	}
+	if r.events != nil {
+		if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ModelCallFinished{
+			ModelCallFinished: &operatorv1.ModelCallFinished{
+				Turn: turn, Model: r.answered,
+				TokensIn: resp.Usage.InputTokens, TokensOut: resp.Usage.OutputTokens,
+				Cost: money.FromDecimal(resp.Cost), CumulativeCost: money.FromDecimal(r.cost),
+			},
+		}}); err != nil {
+			return nil, err
+		}
 	}
 	return resp, nil
 }
@@ -272,7 +279,8 @@ func (r *run) modelErr(ctx context.Context, err error) error {
 	return fmt.Errorf("model %s (provider %s): %v: %w", r.model, r.provider.Name(), err, errs.Retryable)
 }
 
-// emit sends a progress event when streaming.
+// emit sends a progress event when streaming. Callers that would build
+// an event only to have it dropped check r.events first.
 func (r *run) emit(ev *operatorv1.ExecuteStreamResponse) error {
 	if r.events == nil {
 		return nil
@@ -295,6 +303,9 @@ func (r *run) effectKey() string {
 // declare records an effect and announces it.
 func (r *run) declare(e *typesv1.Effect) error {
 	r.effects = append(r.effects, e)
+	if r.events == nil {
+		return nil
+	}
 	return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
 		EffectDeclared: &operatorv1.EffectDeclared{Effect: e},
 	}})
@@ -322,10 +333,12 @@ func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput,
 				Unindexed: !r.in.GetConfig().GetSearchableHistory(),
 			}},
 		}
-		if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
-			EffectDeclared: &operatorv1.EffectDeclared{Effect: hist},
-		}}); err != nil {
-			return nil, err
+		if r.events != nil {
+			if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
+				EffectDeclared: &operatorv1.EffectDeclared{Effect: hist},
+			}}); err != nil {
+				return nil, err
+			}
 		}
 		effects = append([]*typesv1.Effect{hist}, effects...)
 	}
@@ -354,9 +367,11 @@ func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput,
 			"neuron.model_notice": structpb.NewStringValue("SCRIPTED MODEL: this output came from the built-in deterministic script, not from a language model"),
 		}}
 	}
-	r.log.Info("invocation finished", "exit", reason.GetKind().String(), "turns", r.turns,
-		"tokens_in", r.usage.InputTokens, "tokens_out", r.usage.OutputTokens, "cost", r.cost.String(),
-		"effects", len(effects), "duration", time.Since(r.start).Round(time.Millisecond).String())
+	if r.log.Enabled(context.Background(), slog.LevelInfo) {
+		r.log.Info("invocation finished", "exit", reason.GetKind().String(), "turns", r.turns,
+			"tokens_in", r.usage.InputTokens, "tokens_out", r.usage.OutputTokens, "cost", r.cost.String(),
+			"effects", len(effects), "duration", time.Since(r.start).Round(time.Millisecond).String())
+	}
 	return out, nil
 }
 

@@ -135,6 +135,9 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		keyBase:  in.GetDispatch().GetDispatchId(),
 		log:      o.log.With("dispatch_id", in.GetDispatch().GetDispatchId(), "workflow_id", in.GetDispatch().GetWorkflowId()),
 	}
+	if md := in.GetMetadata(); md != nil {
+		r.metadata = md.AsMap()
+	}
 	if r.keyBase == "" {
 		r.keyBase = "inv-" + randomHex(8)
 	}

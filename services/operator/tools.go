@@ -106,6 +106,9 @@ func (r *run) settle(c *call) error {
 		} else {
 			r.failures = 0
 		}
+		if r.events == nil {
+			return nil
+		}
 		return r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ToolCallFinished{
 			ToolCallFinished: &operatorv1.ToolCallFinished{
 				Turn: r.turns, ToolUseId: c.use.ID, Name: c.use.Name,

@@ -88,6 +88,7 @@ type Request struct {
 	MaxTokens int
 	// Metadata is the invocation's opaque passthrough (trace ids, routing);
 	// providers may forward what their API accepts and ignore the rest.
+	// It is shared by the calls of an invocation: read it, never change it.
 	Metadata map[string]any
 	// SessionID is the invocation's session, empty when stateless. A
 	// provider with server-side conversation state (OpenAI Responses'
