@@ -41,9 +41,13 @@ func TestRealAPIServer(t *testing.T) {
 	if _, err := client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create runtime class: %v", err)
 	}
+	api, err := NewClient(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	logs := &testLogs{}
 	b, err := New(Config{
-		Client:             client,
+		Client:             api,
 		Namespace:          testNamespace,
 		DefaultImage:       "registry.example/operator:default",
 		RuntimeClassGvisor: "gvisor",

@@ -444,8 +444,12 @@ func attackRealAPIServer(t *testing.T, cfg *rest.Config) {
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
+	api, err := NewClient(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	logs := &testLogs{}
-	b, err := New(Config{Client: client, Namespace: ns, DefaultImage: "registry.example/operator:default", PollInterval: time.Hour, Logs: logs.open,
+	b, err := New(Config{Client: api, Namespace: ns, DefaultImage: "registry.example/operator:default", PollInterval: time.Hour, Logs: logs.open,
 		DefaultLimits: environment.Limits{DiskBytes: 768 << 20}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,9 @@ import (
 	"time"
 	"unicode"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -25,8 +23,8 @@ import (
 
 // Config configures a Backend.
 type Config struct {
-	// Client talks to the cluster.
-	Client kubernetes.Interface
+	// Client talks to the cluster (NewClient).
+	Client Client
 	// Namespace holds every object the backend creates and the Secrets
 	// credentials name. Required.
 	Namespace string
@@ -170,7 +168,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logs == nil {
 		client := cfg.Client
 		cfg.Logs = func(ctx context.Context, namespace, pod string) (io.ReadCloser, error) {
-			return client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
+			return client.PodLogs(ctx, namespace, pod, containerName)
 		}
 	}
 	log := cfg.Log
@@ -414,13 +412,13 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 // Job own the other two.
 func (b *Backend) create(ctx context.Context, o *objects) error {
 	ns := b.cfg.Namespace
-	if _, err := b.cfg.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, o.policy, metav1.CreateOptions{}); err != nil {
+	if err := b.cfg.Client.CreateNetworkPolicy(ctx, ns, o.policy); err != nil {
 		return createErr("NetworkPolicy", o.name, err)
 	}
-	if _, err := b.cfg.Client.CoreV1().Secrets(ns).Create(ctx, o.secret, metav1.CreateOptions{}); err != nil {
+	if err := b.cfg.Client.CreateSecret(ctx, ns, o.secret); err != nil {
 		return createErr("Secret", o.name, err)
 	}
-	job, err := b.cfg.Client.BatchV1().Jobs(ns).Create(ctx, o.job, metav1.CreateOptions{})
+	job, err := b.cfg.Client.CreateJob(ctx, ns, o.job)
 	if err != nil {
 		return createErr("Job", o.name, err)
 	}
@@ -457,12 +455,10 @@ func (b *Backend) cleanup(log *slog.Logger, name string) {
 		fn   func() error
 	}{
 		{"Job", func() error {
-			return b.cfg.Client.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &background})
+			return b.cfg.Client.DeleteJob(ctx, ns, name, metav1.DeleteOptions{PropagationPolicy: &background})
 		}},
-		{"Secret", func() error { return b.cfg.Client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}) }},
-		{"NetworkPolicy", func() error {
-			return b.cfg.Client.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, metav1.DeleteOptions{})
-		}},
+		{"Secret", func() error { return b.cfg.Client.DeleteSecret(ctx, ns, name) }},
+		{"NetworkPolicy", func() error { return b.cfg.Client.DeleteNetworkPolicy(ctx, ns, name) }},
 	}
 	for _, d := range del {
 		if err := d.fn(); err != nil && !apierrors.IsNotFound(err) {

@@ -76,7 +76,7 @@ func newFake(t *testing.T, mutate func(*Config)) (*Backend, *fake.Clientset, *te
 	})
 	logs := &testLogs{}
 	cfg := Config{
-		Client:       client,
+		Client:       clientset{client},
 		Namespace:    testNamespace,
 		DefaultImage: "registry.example/operator:default",
 		OperatorArgs: []string{"--model", "scripted"},
@@ -707,15 +707,15 @@ func TestNew(t *testing.T) {
 	client := fake.NewClientset()
 	for _, cfg := range []Config{
 		{Namespace: "ns"},
-		{Client: client},
-		{Client: client, Namespace: "Not_A_Namespace"},
-		{Client: client, Namespace: "ns", SecretKey: "bad key"},
+		{Client: clientset{client}},
+		{Client: clientset{client}, Namespace: "Not_A_Namespace"},
+		{Client: clientset{client}, Namespace: "ns", SecretKey: "bad key"},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
 		}
 	}
-	b, err := New(Config{Client: client, Namespace: "ns"})
+	b, err := New(Config{Client: clientset{client}, Namespace: "ns"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Package kubernetes is the environment service's Kubernetes backend: it
 // runs each invocation as one Job in a configured namespace, through
-// client-go.
+// client-go's REST client (Client: only the core, batch and networking
+// API groups are linked in).
 //
 // For an invocation with id ID it creates, in this order:
 //

@@ -15,7 +15,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
@@ -214,10 +213,10 @@ func (b *Backend) adopt(ctx context.Context, job *batchv1.Job) {
 		return
 	}
 	ns := b.cfg.Namespace
-	if _, err := b.cfg.Client.CoreV1().Secrets(ns).Patch(ctx, job.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := b.cfg.Client.PatchSecret(ctx, ns, job.Name, patch); err != nil {
 		b.log.Warn("set the Secret's owner", "name", job.Name, "error", err)
 	}
-	if _, err := b.cfg.Client.NetworkingV1().NetworkPolicies(ns).Patch(ctx, job.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := b.cfg.Client.PatchNetworkPolicy(ctx, ns, job.Name, patch); err != nil {
 		b.log.Warn("set the NetworkPolicy's owner", "name", job.Name, "error", err)
 	}
 }

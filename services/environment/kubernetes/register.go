@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -42,7 +41,7 @@ func fromConfig(cfg environment.Config) (environment.Backend, func(), error) {
 
 // kubeClient connects to the API server: a kubeconfig file, else the
 // in-cluster service account.
-func kubeClient(kubeconfig, namespace string) (k8s.Interface, string, error) {
+func kubeClient(kubeconfig, namespace string) (Client, string, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -70,7 +69,7 @@ func kubeClient(kubeconfig, namespace string) (k8s.Interface, string, error) {
 			namespace = strings.TrimSpace(string(b))
 		}
 	}
-	client, err := k8s.NewForConfig(cfg)
+	client, err := NewClient(cfg)
 	if err != nil {
 		return nil, "", err
 	}

@@ -35,7 +35,7 @@ func configError(reason string) bool {
 // fast on a configuration error). It returns ctx's error when ctx ends
 // first.
 func (b *Backend) wait(ctx context.Context, name, id string) (*batchv1.Job, error) {
-	jobs := b.cfg.Client.BatchV1().Jobs(b.cfg.Namespace)
+	client, ns := b.cfg.Client, b.cfg.Namespace
 	var w watch.Interface
 	defer func() {
 		if w != nil {
@@ -44,7 +44,7 @@ func (b *Backend) wait(ctx context.Context, name, id string) (*batchv1.Job, erro
 	}()
 	openWatch := func() {
 		opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
-		ww, err := jobs.Watch(ctx, opts)
+		ww, err := client.WatchJobs(ctx, ns, opts)
 		if err != nil {
 			b.log.Debug("watch job; polling instead", "name", name, "error", err)
 			return
@@ -56,7 +56,7 @@ func (b *Backend) wait(ctx context.Context, name, id string) (*batchv1.Job, erro
 	openWatch() // before the first Get, so no change falls between them
 
 	for {
-		job, err := jobs.Get(ctx, name, metav1.GetOptions{})
+		job, err := client.GetJob(ctx, ns, name)
 		switch {
 		case err == nil:
 			if finished(job) {
@@ -119,7 +119,7 @@ func condition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobConditi
 // pods lists the pods of invocation id.
 func (b *Backend) pods(ctx context.Context, id string) ([]corev1.Pod, error) {
 	sel := labels.SelectorFromSet(labels.Set{InvocationLabel: id}).String()
-	list, err := b.cfg.Client.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := b.cfg.Client.ListPods(ctx, b.cfg.Namespace, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, err
 	}
