@@ -10,6 +10,9 @@ import (
 	pvmw "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/protovalidate"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/interceptor/auth"
@@ -73,8 +76,16 @@ func newChain(log *slog.Logger, policy *auth.Policy, unary []grpc.UnaryServerInt
 		c.stream = append(c.stream, auth.StreamServerInterceptor(policy))
 	}
 	// 5. validation: the protovalidate rules written in the contracts.
-	c.unary = append(c.unary, pvmw.UnaryServerInterceptor(validator))
-	c.stream = append(c.stream, pvmw.StreamServerInterceptor(validator))
+	//    Health and reflection requests have none: skipping them keeps a
+	//    probe from building the validator of a server no one calls yet.
+	noRules := pvmw.WithIgnoreMessages(
+		(&healthpb.HealthCheckRequest{}).ProtoReflect().Type(),
+		(&healthpb.HealthListRequest{}).ProtoReflect().Type(),
+		(&reflectionv1.ServerReflectionRequest{}).ProtoReflect().Type(),
+		(&reflectionv1alpha.ServerReflectionRequest{}).ProtoReflect().Type(),
+	)
+	c.unary = append(c.unary, pvmw.UnaryServerInterceptor(validator, noRules))
+	c.stream = append(c.stream, pvmw.StreamServerInterceptor(validator, noRules))
 	// 6. the service's own interceptors (e.g. the store boundary of
 	//    pkg/middleware on the state service).
 	c.unary = append(c.unary, unary...)
