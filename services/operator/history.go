@@ -2,14 +2,10 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
+	"sync"
 	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
@@ -71,27 +67,71 @@ func (h StateHistory) Load(ctx context.Context, sessionID string, maxEntries int
 	if maxEntries > 0 && len(keys) > maxEntries {
 		keys = keys[len(keys)-maxEntries:]
 	}
+	entries, err := h.read(ctx, sc, keys)
+	if err != nil {
+		return nil, historyErr(sessionID, err)
+	}
 	var msgs []provider.Message
-	for _, k := range keys {
-		resp, err := h.Client.Read(ctx, &statev1.ReadRequest{Scope: sc, Key: k})
-		if err != nil {
-			if errs.Code(errs.FromGRPC(err)) == errs.NotFound.Code() {
-				continue // deleted between List and Read
-			}
-			return nil, historyErr(sessionID, err)
+	for i, resp := range entries {
+		if resp == nil {
+			continue // deleted between List and Read
 		}
 		entry, err := decodeEntry(resp.GetValue())
 		if err != nil {
 			// A damaged entry is skipped, not fatal: the rest of the
 			// conversation is still worth more than an error.
 			if h.Log != nil {
-				h.Log.Warn("skipping unreadable history entry", "session", sessionID, "key", k, "err", err)
+				h.Log.Warn("skipping unreadable history entry", "session", sessionID, "key", keys[i], "err", err)
 			}
 			continue
 		}
 		msgs = append(msgs, entry...)
 	}
 	return msgs, nil
+}
+
+// HistoryReads is how many entries Load reads at once: a session's
+// entries arrive in about a HistoryReads-th of the round trips one after
+// the other would take.
+const HistoryReads = 8
+
+// read reads the entries of keys, at most HistoryReads at a time, into
+// the same order; an entry deleted since it was listed is nil. The first
+// failure (other than NOT_FOUND) stops the reads and is returned.
+func (h StateHistory) read(ctx context.Context, sc *typesv1.Scope, keys []string) ([]*statev1.ReadResponse, error) {
+	out := make([]*statev1.ReadResponse, len(keys))
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	slots := make(chan struct{}, HistoryReads)
+	for i, k := range keys {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			resp, err := h.Client.Read(ctx, &statev1.ReadRequest{Scope: sc, Key: k})
+			switch {
+			case err == nil:
+				out[i] = resp
+			case errs.Code(errs.FromGRPC(err)) == errs.NotFound.Code():
+			default:
+				mu.Lock()
+				if first == nil {
+					first = err
+					stop() // the reads still to start fail at once
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
 }
 
 func historyErr(sessionID string, err error) error {
@@ -103,73 +143,4 @@ func historyErr(sessionID string, err error) error {
 		return err
 	}
 	return fmt.Errorf("reading history of session %q from the state service: %v: %w", sessionID, err, errs.NonRetryable)
-}
-
-// historyEntry is the stored form of one invocation's turns.
-type historyEntry struct {
-	Version    int               `json:"version"`
-	DispatchID string            `json:"dispatch_id,omitempty"`
-	Messages   []json.RawMessage `json:"messages"`
-}
-
-type storedMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// encodeEntry builds the WriteMemory value for the turns of one invocation.
-func encodeEntry(dispatchID string, msgs []provider.Message) (*structpb.Value, error) {
-	e := historyEntry{Version: historyVersion, DispatchID: dispatchID}
-	for _, m := range msgs {
-		c, err := protojson.Marshal(toContent(m.Parts))
-		if err != nil {
-			return nil, err
-		}
-		b, err := json.Marshal(storedMessage{Role: m.Role.String(), Content: c})
-		if err != nil {
-			return nil, err
-		}
-		e.Messages = append(e.Messages, b)
-	}
-	b, err := json.Marshal(e)
-	if err != nil {
-		return nil, err
-	}
-	return jsonValue(b)
-}
-
-func decodeEntry(v *structpb.Value) ([]provider.Message, error) {
-	b, err := protojson.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var e historyEntry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, err
-	}
-	if e.Version != historyVersion {
-		return nil, fmt.Errorf("entry version %d, want %d", e.Version, historyVersion)
-	}
-	msgs := make([]provider.Message, 0, len(e.Messages))
-	for i, raw := range e.Messages {
-		var sm storedMessage
-		if err := json.Unmarshal(raw, &sm); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		var role provider.Role
-		switch strings.ToLower(sm.Role) {
-		case "user":
-			role = provider.User
-		case "assistant":
-			role = provider.Assistant
-		default:
-			return nil, fmt.Errorf("message %d: unknown role %q", i, sm.Role)
-		}
-		c := &typesv1.Content{}
-		if err := protojson.Unmarshal(sm.Content, c); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		msgs = append(msgs, provider.Message{Role: role, Parts: toParts(c, nil)})
-	}
-	return msgs, nil
 }
