@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/scope"
 )
 
 // This file holds the write semantics both backends share: idempotency,
@@ -51,7 +53,7 @@ type idemRecord struct {
 type mutation struct {
 	op       opKind
 	scopeEnc []byte
-	scopeStr string // for messages
+	scope    *typesv1.Scope // for messages (scopeName)
 	key      string
 	raw      []byte // Write only
 	guard    Guard  // Guard.Unindexed: Write only
@@ -65,6 +67,9 @@ type outcome struct {
 	replayed bool
 	seq      uint64 // the counter value consumed; 0 when nothing changed
 }
+
+// scopeName is the scope for a message; only refusals build it.
+func (m *mutation) scopeName() string { return scope.String(m.scope) }
 
 func (m *mutation) ck() []byte { return append(append([]byte(nil), m.scopeEnc...), m.key...) }
 
@@ -85,9 +90,12 @@ func (m *mutation) fingerprint() [16]byte {
 // fails. It is safe to re-run on a rolled-back transaction: it keeps no
 // state outside tx.
 func apply(tx txn, m *mutation, retention time.Duration) (outcome, error) {
-	ik := m.ik()
-	var prev *idemRecord
+	var (
+		ik   []byte
+		prev *idemRecord
+	)
 	if m.guard.IdempotencyKey != "" {
+		ik = m.ik()
 		r, ok, err := tx.idem(ik)
 		if err != nil {
 			return outcome{}, err
@@ -95,7 +103,7 @@ func apply(tx txn, m *mutation, retention time.Duration) (outcome, error) {
 		if ok && m.now.Sub(r.created) < retention {
 			if r.op != m.op || r.fingerprint != m.fingerprint() {
 				return outcome{}, fmt.Errorf("idempotency key %q was already used in %s for a different operation or key; a retry must repeat the same operation on the same key: %w",
-					truncate(m.guard.IdempotencyKey), m.scopeStr, errs.InvalidArgument)
+					truncate(m.guard.IdempotencyKey), m.scopeName(), errs.InvalidArgument)
 			}
 			return outcome{revision: r.revision, existed: r.existed, replayed: true}, nil
 		}
@@ -154,11 +162,11 @@ func checkExpected(m *mutation, cur uint64, exists bool) error {
 	k := truncate(m.key)
 	switch {
 	case *want == 0 && exists:
-		return fmt.Errorf("key %q in %s exists at revision %d; expected it not to exist: %w", k, m.scopeStr, cur, errs.StaleRevision)
+		return fmt.Errorf("key %q in %s exists at revision %d; expected it not to exist: %w", k, m.scopeName(), cur, errs.StaleRevision)
 	case *want != 0 && !exists:
-		return fmt.Errorf("key %q in %s does not exist; expected revision %d: %w", k, m.scopeStr, *want, errs.StaleRevision)
+		return fmt.Errorf("key %q in %s does not exist; expected revision %d: %w", k, m.scopeName(), *want, errs.StaleRevision)
 	case *want != 0 && cur != *want:
-		return fmt.Errorf("key %q in %s is at revision %d; expected %d: %w", k, m.scopeStr, cur, *want, errs.StaleRevision)
+		return fmt.Errorf("key %q in %s is at revision %d; expected %d: %w", k, m.scopeName(), cur, *want, errs.StaleRevision)
 	}
 	return nil
 }

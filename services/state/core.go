@@ -68,7 +68,7 @@ func (c *core) prepareWrite(ctx context.Context, s *typesv1.Scope, key string, v
 	if err != nil {
 		return nil, fmt.Errorf("value cannot be encoded: %v: %w", err, errs.InvalidArgument)
 	}
-	return &mutation{op: opWrite, scopeEnc: enc, scopeStr: scope.String(s), key: key, raw: raw, guard: g, now: c.opts.now()}, nil
+	return &mutation{op: opWrite, scopeEnc: enc, scope: s, key: key, raw: raw, guard: g, now: c.opts.now()}, nil
 }
 
 func (c *core) prepareDelete(ctx context.Context, s *typesv1.Scope, key string, g Guard) (*mutation, error) {
@@ -79,7 +79,7 @@ func (c *core) prepareDelete(ctx context.Context, s *typesv1.Scope, key string, 
 	if err := checkIdempotencyKey(g.IdempotencyKey); err != nil {
 		return nil, err
 	}
-	return &mutation{op: opDelete, scopeEnc: enc, scopeStr: scope.String(s), key: key, guard: g, now: c.opts.now()}, nil
+	return &mutation{op: opDelete, scopeEnc: enc, scope: s, key: key, guard: g, now: c.opts.now()}, nil
 }
 
 // listStart validates a List request and returns the encoded scope and

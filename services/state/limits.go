@@ -1,9 +1,10 @@
 package state
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -120,23 +121,100 @@ func checkValueShape(v *structpb.Value, depth int) error {
 	return nil
 }
 
-// jsonSize is the length of the compact JSON encoding of v (without HTML
-// escaping), the measure MaxValueBytes applies to.
+// jsonSize is the length of the compact JSON encoding of v that
+// encoding/json writes for v.AsInterface() (without HTML escaping), the
+// measure MaxValueBytes applies to. It counts instead of encoding, so
+// that a write allocates nothing for it; TestJSONSize checks it against
+// encoding/json. v must have passed checkValueShape (every kind set,
+// finite numbers, UTF-8 strings); a value that did not is an error.
 func jsonSize(v *structpb.Value) (int, error) {
-	var c countingWriter
-	enc := json.NewEncoder(&c)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v.AsInterface()); err != nil {
-		return 0, err
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return len("null"), nil
+	case *structpb.Value_BoolValue:
+		if k.BoolValue {
+			return len("true"), nil
+		}
+		return len("false"), nil
+	case *structpb.Value_NumberValue:
+		return jsonNumberSize(k.NumberValue)
+	case *structpb.Value_StringValue:
+		return jsonStringSize(k.StringValue), nil
+	case *structpb.Value_ListValue:
+		vals := k.ListValue.GetValues()
+		n := 2 + max(len(vals)-1, 0) // [ ] and commas
+		for _, e := range vals {
+			m, err := jsonSize(e)
+			if err != nil {
+				return 0, err
+			}
+			n += m
+		}
+		return n, nil
+	case *structpb.Value_StructValue:
+		fields := k.StructValue.GetFields()
+		n := 2 + max(len(fields)-1, 0) // { } and commas
+		for name, f := range fields {
+			m, err := jsonSize(f)
+			if err != nil {
+				return 0, err
+			}
+			n += jsonStringSize(name) + 1 + m // "name":value
+		}
+		return n, nil
 	}
-	return c.n - 1, nil // Encode appends a newline
+	return 0, errors.New("value has no kind set")
 }
 
-type countingWriter struct{ n int }
+// jsonNumberSize is the length of f as encoding/json writes a float64:
+// strconv's shortest form, 'e' notation outside [1e-6, 1e21), with a
+// one-digit negative exponent not padded.
+func jsonNumberSize(f float64) (int, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errors.New("value holds a number JSON cannot represent")
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	var buf [32]byte
+	b := strconv.AppendFloat(buf[:0], f, format, -1, 64)
+	n := len(b)
+	if format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		n-- // e-09 is written e-9
+	}
+	return n, nil
+}
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	c.n += len(p)
-	return len(p), nil
+// jsonStringSize is the length of s as encoding/json writes it without
+// HTML escaping: quoted, with \\, \" and \b \f \n \r \t as two bytes,
+// other control characters, U+2028, U+2029 and invalid bytes as six.
+func jsonStringSize(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '\\' || b == '"' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+				n += 2
+			case b < 0x20:
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1, c == '\u2028', c == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 func checkIdempotencyKey(k string) error {

@@ -116,27 +116,36 @@ func BenchmarkRead(b *testing.B) {
 // and bbolt's own Batch), at each concurrency. The bbolt ones are durable:
 // every acknowledged write is fsynced. The PostgreSQL test server is not
 // (testenv runs it with fsync and synchronous_commit off).
+//
+// service writes full-text indexed values (what agents' memory writes
+// are); service-unindexed writes the same values with
+// WriteRequest.unindexed, to keys of their own (what conversation history
+// is). Each target starts once the process is idle again, so background
+// index work left by one is not measured as part of the next.
 func BenchmarkWrite(b *testing.B) {
 	svc := startService(b)
 	raw := openRaw(b)
 	vals := makeValues(b)
 	writes := make([]*statev1.WriteRequest, writeKeys)
+	unindexed := make([]*statev1.WriteRequest, writeKeys)
 	for i := range writes {
 		writes[i] = &statev1.WriteRequest{Scope: benchScope, Key: fmt.Sprintf("key-%05d", i), Value: vals.msg[i%values]}
+		unindexed[i] = &statev1.WriteRequest{Scope: benchScope, Key: fmt.Sprintf("history-%05d", i), Value: vals.msg[i%values], Unindexed: true}
 	}
 	var next atomic.Int64 // the key to write next, shared by every run
 
-	writeWith := func(svc statev1.StateServiceClient) func(b *testing.B, conc int) {
+	writeWith := func(svc statev1.StateServiceClient, reqs []*statev1.WriteRequest) func(b *testing.B, conc int) {
 		return func(b *testing.B, conc int) {
 			measure(b, conc, func(int) error {
-				_, err := svc.Write(context.Background(), writes[next.Add(1)%writeKeys])
+				_, err := svc.Write(context.Background(), reqs[next.Add(1)%writeKeys])
 				return err
 			})
 		}
 	}
-	forEachConc(b, "service", writeWith(svc))
+	forEachConc(b, "service-unindexed", writeWith(svc, unindexed))
+	forEachConc(b, "service", writeWith(svc, writes))
 	b.Run("service-postgres", func(b *testing.B) {
-		eachConc(b, writeWith(startPostgresService(b))) // skips without PostgreSQL
+		eachConc(b, writeWith(startPostgresService(b), writes)) // skips without PostgreSQL
 	})
 	rawPut := func(i int64) func(tx *bolt.Tx) error {
 		return func(tx *bolt.Tx) error {
@@ -156,18 +165,24 @@ func forEachConc(b *testing.B, target string, fn func(b *testing.B, conc int)) {
 	b.Run(target, func(b *testing.B) { eachConc(b, fn) })
 }
 
-// eachConc runs fn as conc=N under b for each concurrency.
+// eachConc runs fn as conc=N under b for each concurrency, each once the
+// process is idle (settle).
 func eachConc(b *testing.B, fn func(b *testing.B, conc int)) {
 	for _, conc := range concurrencies {
+		settle(b)
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) { fn(b, conc) })
 	}
 }
 
 // measure runs op b.N times split over conc goroutines (call i of
-// goroutine w is op(w + i*conc)) and reports throughput and the 50th and
-// 99th percentile latency.
+// goroutine w is op(w + i*conc)) and reports throughput, the 50th and
+// 99th percentile latency, and the CPU time of the process (client and
+// server, user and system) per call, which other load on the machine
+// changes less than throughput.
 func measure(b *testing.B, conc int, op func(i int) error) {
-	benchkit.Concurrent(b, conc, func(w, i int) error { return op(w + i*conc) }).Report(b, "ops/s")
+	r := benchkit.Concurrent(b, conc, func(w, i int) error { return op(w + i*conc) })
+	r.Report(b, "ops/s")
+	b.ReportMetric(benchkit.Micros(r.CPU)/float64(max(len(r.Latencies), 1)), "cpu-us/op")
 }
 
 // benchValues are the values written, as messages and as the bytes raw

@@ -7,8 +7,10 @@
 // cost of a gRPC round trip and nothing else). Read and Write also run
 // through the same service on the PostgreSQL backend (service-postgres),
 // on a server pkg/testenv starts, skipped when PostgreSQL cannot start
-// here. Each runs at concurrency 1 and 64 and reports ops/s and p50/p99
-// latency.
+// here. Write runs both with indexed values (service) and with
+// WriteRequest.unindexed (service-unindexed, as conversation history is
+// written). Each runs at concurrency 1 and 64 and reports ops/s and
+// p50/p99 latency.
 //
 // It holds only benchmarks, never part of `make test`:
 //
