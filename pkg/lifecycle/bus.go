@@ -98,6 +98,18 @@ func (b *Bus) Publish(ev *lifecyclev1.LifecycleEvent) uint64 {
 	return b.publish(proto.Clone(ev).(*lifecyclev1.LifecycleEvent))
 }
 
+// PublishOwned is Publish for an event the caller hands over: the bus
+// keeps ev itself, without a copy, and sets its Sequence (and its Time,
+// when it has none) as Publish sets the copy's. The caller must neither
+// read nor change ev afterwards: subscribers read it concurrently. With
+// no subscriber, publishing is a sequence and a slot of the ring.
+func (b *Bus) PublishOwned(ev *lifecyclev1.LifecycleEvent) uint64 {
+	if ev == nil {
+		return 0
+	}
+	return b.publish(ev)
+}
+
 // publish is Publish for an event the bus may keep and modify.
 func (b *Bus) publish(ev *lifecyclev1.LifecycleEvent) uint64 {
 	b.mu.Lock()

@@ -419,6 +419,37 @@ func TestPublishAllocatesOnlyTheClone(t *testing.T) {
 	}
 }
 
+// PublishOwned keeps the event it is given, with no copy: a subscriber
+// receives that very event, sequenced and timed, and publishing
+// allocates nothing, whoever subscribes.
+func TestPublishOwned(t *testing.T) {
+	b := NewBus(Options{BufferSize: 16, SubscriberBuffer: 4})
+	s, err := b.Subscribe(Filter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := obs("wf")
+	seq := b.PublishOwned(ev)
+	d := recv(t, s)
+	if d.Event != ev || ev.GetSequence() != seq || seq == 0 || ev.GetTime() == nil {
+		t.Fatalf("delivered %p (sequence %d, time %v), published %p as %d; want that event, sequenced and timed", d.Event, ev.GetSequence(), ev.GetTime(), ev, seq)
+	}
+	if b.PublishOwned(nil) != 0 {
+		t.Error("PublishOwned(nil) was sequenced")
+	}
+	s.Close()
+	quiet := NewBus(Options{BufferSize: 16})
+	evs := make([]*lifecyclev1.LifecycleEvent, 200)
+	for i := range evs {
+		evs[i] = obs("wf")
+		evs[i].Time = timestamppb.Now()
+	}
+	i := 0
+	if n := testing.AllocsPerRun(100, func() { quiet.PublishOwned(evs[i]); i++ }); n != 0 {
+		t.Errorf("PublishOwned with no subscriber allocates %.0f times; want none", n)
+	}
+}
+
 func TestClose(t *testing.T) {
 	b := NewBus(Options{})
 	s1, err := b.Subscribe(Filter{}, nil)
