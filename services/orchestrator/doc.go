@@ -20,12 +20,16 @@
 //     its intent (the exact OperatorInput) journaled before the call and
 //     its output after; every effect's outcome is journaled under its
 //     idempotency key; registry lookups are journaled with the next write.
-//     After a restart every RUNNING workflow runs again from the top,
-//     fast-forwarding through what is journaled, and calls (again) the
-//     first step without a result. Writes go through a group commit, so
-//     concurrent workflows share one fsync. The file carries a schema
-//     version, checked at open. Finished workflows are deleted after a
-//     retention (journal.Retention); unfinished ones never are.
+//     Writes are held back until the workflow next acts outside the
+//     process and made in one commit, so a one-step dispatch commits
+//     twice: its creation with its step's intent, then the step's result
+//     with its end. After a restart every RUNNING workflow runs again
+//     from the top, fast-forwarding through what is journaled, and calls
+//     (again) the first step without a result. Writes go through a group
+//     commit, so concurrent workflows share one fsync. Records are
+//     binary; the file carries a schema version, checked at open.
+//     Finished workflows are deleted after a retention
+//     (journal.Retention); unfinished ones never are.
 //   - temporal: one Temporal workflow per orchestrator workflow, operator
 //     calls and effects as activities, signals as Temporal signals, queries
 //     as Temporal queries, CancelWorkflow as Temporal cancellation. Only

@@ -18,6 +18,22 @@ import (
 // back when the workflow runs again after a crash (the journal engine
 // replays its bbolt journal; the Temporal engine replays the workflow's
 // history). Every method but Now and Publish may block.
+//
+// An engine may hold a record back and make it durable with a later one,
+// as long as nothing outside the process depends on it before: a step's
+// intent is durable before its operator is called; a step's output, and
+// the outcomes of the effects before an effect, before that effect acts
+// outside the process; everything before Await or End returns, since the
+// workflow's caller is answered then. A crash then loses only what a
+// crash just before the record would have, and the next run does it
+// again (an operator call, or an effect under its idempotency key). The
+// journal engine commits a one-step dispatch twice this way; Temporal
+// records every answer in its history as it is given.
+//
+// The workflow hands every event it passes to the host (Publish, Await,
+// End) over to it: it neither reads nor changes the event afterwards, so
+// an engine may keep it, change it (its sequence, its time) and send it
+// on without a copy.
 type Host interface {
 	// Now is the workflow's clock (deterministic on replay).
 	Now() time.Time

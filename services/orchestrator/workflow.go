@@ -243,10 +243,23 @@ func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt er
 	w.spent = w.spent.Add(out.Cost)
 	w.event(f.agent, "orchestrator.dispatch.completed", map[string]any{
 		"dispatch_id": id, "exit": out.Exit, "cost": out.Cost.String(),
-		"duration_ms": out.Duration.Milliseconds(), "effects": len(out.Effects), "signals": out.Signals,
+		"duration_ms": out.Duration.Milliseconds(), "effects": len(out.Effects), "signals": numbers(out.Signals),
 	})
 	halt, err = w.budget(f, out.Cost)
 	return out, id, halt, err
+}
+
+// numbers is seqs as an event's data holds them (a JSON array; null for
+// none), in a form the event's conversion takes directly.
+func numbers(seqs []uint64) any {
+	if seqs == nil {
+		return nil
+	}
+	out := make([]any, len(seqs))
+	for i, s := range seqs {
+		out[i] = s
+	}
+	return out
 }
 
 // budget reports the call's cost, warns as the budget nears its end, and

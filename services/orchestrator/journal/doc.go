@@ -9,9 +9,12 @@
 //   - engine.go: Engine (Start, Wait, Cancel, Signal, reads), the runs
 //     in this process, Resume at start.
 //   - host.go: the orchestrator.Host of one run: answers from the
-//     journal what is journaled (a replay), does and journals the rest.
+//     journal what is journaled (a replay), does and journals the rest,
+//     holding writes back until the next thing that leaves the process.
 //   - journal.go: the file's layout (every bucket and key, the schema
-//     version), Open, and the journal's reads and writes.
+//     version), Open, and the journal's reads and writes (a write is
+//     ops on one workflow in one transaction).
+//   - codec.go: the records' binary form.
 //   - commit.go: the group commit every write goes through.
 //   - indexes.go: the status indexes (every workflow; the unfinished
 //     ones; the finished ones by end time) and the migration that builds
@@ -55,8 +58,26 @@
 // give the space back to the file system, compact the file while the
 // orchestrator is stopped (bbolt compact, see the README).
 //
+// # Commits
+//
+// A one-step dispatch commits twice: the workflow's creation with its
+// step's intent (and the lookups and events before it), just before the
+// operator call; the step's result, its effects' outcomes and the
+// workflow's end, before the caller is answered. Start returns once the
+// first commit is durable. The host holds every write back until the
+// workflow next acts outside the process (an operator call, an effect
+// other than a log, the answer to its caller), so a crash loses only
+// what a crash just before that write would have: an operator call in
+// flight, or the outcome of an effect applied last (applied again under
+// its idempotency key). Concurrent workflows share commits (commit.go).
+//
+// # Schema versions
+//
 // Schema version 2 added the status indexes of indexes.go. Open
 // migrates a version 1 file in place, in its first transaction (one
 // read of every workflow's record, once); a version 1 orchestrator then
-// refuses the file.
+// refuses the file. Version 3 stores the records in binary (codec.go)
+// instead of JSON; it reads a version 2 file's JSON records as they are
+// and writes each in binary when it next changes, so Open only stamps
+// the version; a version 2 orchestrator then refuses the file.
 package journal

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -59,6 +60,8 @@ type run struct {
 	// Wait.
 	stalled error
 	stall   chan struct{}
+	// creation, when the run's first write creates the workflow.
+	creation *creation
 }
 
 // Stalled runs go again after stallBackoff, doubling to stallBackoffMax.
@@ -84,10 +87,11 @@ func New(j *Journal, deps orchestrator.Deps, opts orchestrator.Options) *Engine 
 		base: base, stop: stop, runs: map[string]*run{}, waits: map[string]*orchestrator.Wait{}}
 }
 
-// publish sends a lifecycle event; without a bus it is dropped.
-func (e *Engine) publish(ev *lifecyclev1.LifecycleEvent) {
+// give hands a lifecycle event over to the bus (which keeps it, so the
+// caller must not touch it again); without a bus it is dropped.
+func (e *Engine) give(ev *lifecyclev1.LifecycleEvent) {
 	if e.deps.Bus != nil {
-		e.deps.Bus.Publish(ev)
+		e.deps.Bus.PublishOwned(ev)
 	}
 }
 
@@ -161,7 +165,7 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 	if dl, ok := ctx.Deadline(); ok && !req.Detached {
 		rec.Deadline = dl
 	}
-	existing, created, err := e.j.Create(rec)
+	existing, created, err := e.create(rec)
 	if err != nil {
 		return "", false, err
 	}
@@ -172,8 +176,64 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 		}
 		return existing.ID, true, nil
 	}
-	e.launch(rec)
 	return rec.ID, false, nil
+}
+
+// creation is a workflow Start made in memory only: its run creates it
+// in the journal with its first write (its first step's intent, or its
+// end), and Start waits for that write.
+type creation struct {
+	rec  *record
+	done chan struct{}
+	// The write's outcome: created (both nil), the workflow existing
+	// already (nothing written), or the write failed.
+	existing *record
+	err      error
+}
+
+// record is the workflow to create; nil for none.
+func (c *creation) record() *record {
+	if c == nil {
+		return nil
+	}
+	return c.rec
+}
+
+func (c *creation) resolve(existing *record, err error) {
+	c.existing, c.err = existing, err
+	close(c.done)
+}
+
+// create creates rec's workflow and runs it, returning what
+// Journal.Create would (once the creation is durable). The record is not
+// written on its own: the run writes it with its first write, so that a
+// Dispatch commits once before its operator call. When the id runs here
+// already, or the engine is closing, the record is written on its own
+// (Journal.Create) as before.
+func (e *Engine) create(rec *record) (existing *record, created bool, err error) {
+	e.mu.Lock()
+	if r := e.runs[rec.ID]; r != nil || e.base.Err() != nil {
+		var pending *creation
+		if r != nil {
+			pending = r.creation
+		}
+		e.mu.Unlock()
+		if pending != nil {
+			<-pending.done // the run creating this id has written it, or failed to
+		}
+		if existing, created, err = e.j.Create(rec); created {
+			e.launch(rec)
+		}
+		return existing, created, err
+	}
+	c := &creation{rec: rec, done: make(chan struct{})}
+	e.start(rec, c)
+	e.mu.Unlock()
+	<-c.done
+	if c.existing != nil {
+		return c.existing, false, nil
+	}
+	return nil, c.err == nil, c.err
 }
 
 // spec is the workflow input of rec; records written before the settings
@@ -204,9 +264,16 @@ func (e *Engine) launch(rec *record) {
 	if e.base.Err() != nil {
 		return
 	}
+	e.start(rec, nil)
+}
+
+// start runs rec's workflow in a goroutine of its own, its first run
+// creating it when c is set. The caller holds e.mu and has checked that
+// it does not run here yet and that the engine is not closing.
+func (e *Engine) start(rec *record, c *creation) {
 	ctx, cancel := context.WithCancelCause(e.base)
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(rec.Trace))
-	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{})}
+	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{}), creation: c}
 	e.runs[rec.ID] = r
 	e.wg.Add(1)
 	go func() {
@@ -215,7 +282,9 @@ func (e *Engine) launch(rec *record) {
 		defer cancel(nil)
 		backoff := stallBackoff
 		for {
-			if stalled := e.execute(ctx, rec.ID); stalled != nil && ctx.Err() == nil {
+			stalled := e.execute(ctx, rec.ID, c)
+			c = nil
+			if stalled != nil && ctx.Err() == nil {
 				// The journal could not be written (a full disk): the
 				// workflow stays RUNNING, and goes again, from what is
 				// journaled, until the write goes through.
@@ -287,18 +356,47 @@ func (e *Engine) progress(id string) {
 // execute runs workflow id until it ends, suspends or is stopped. It
 // returns the journal write that stopped it when the journal could not
 // be written (a full disk), leaving the workflow RUNNING.
-func (e *Engine) execute(ctx context.Context, id string) (stalled error) {
-	rec, logged, lookups, err := e.j.runState(id)
-	if err != nil {
-		e.log.Error("workflow vanished from the journal", "workflow_id", id, "err", err)
-		return nil
+//
+// With c set, the workflow exists in memory only: the run creates it
+// with its first write and tells c how that went.
+func (e *Engine) execute(ctx context.Context, id string, c *creation) (stalled error) {
+	var h *host
+	rec := c.record()
+	if rec != nil {
+		h = newHost(e, ctx, rec, 0, map[string]*lookupRecord{})
+		h.creating, h.created = rec, c.resolve
+	} else {
+		var (
+			logged  uint64
+			lookups map[string]*lookupRecord
+			err     error
+		)
+		rec, logged, lookups, err = e.j.runState(id)
+		if err != nil {
+			e.log.Error("workflow vanished from the journal", "workflow_id", id, "err", err)
+			return nil
+		}
+		if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+			return nil
+		}
+		h = newHost(e, ctx, rec, logged, lookups)
 	}
-	if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
-		return nil
-	}
-	h := newHost(e, ctx, rec, logged, lookups)
 	defer h.close()
 	exit := orchestrator.Run(h, e.spec(rec))
+	if h.creating != nil && h.notCreated == nil {
+		// Stopped before its first write: the workflow is created
+		// RUNNING, for a later run.
+		_ = h.commit()
+	}
+	if h.notCreated != nil {
+		return nil // never created: nothing to run again
+	}
+	if exit.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING && h.stalled == nil {
+		// Paused for a shutdown: keep what the run had held back.
+		if err := h.sync(); err != nil {
+			e.log.Warn("could not journal what a paused workflow did last; a later run does it again", "workflow_id", id, "err", err)
+		}
+	}
 	switch {
 	case h.stalled != nil:
 		return h.stalled
@@ -328,12 +426,12 @@ func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, e
 			return nil, fmt.Errorf("workflow %q is RUNNING but cannot be journaled, so it waits and goes on by itself once it can (follow it with GetWorkflow): %w", id, stalled)
 		}
 		if r == nil {
-			rec, err := e.j.Get(id)
+			rec, steps, outcomes, err := e.j.final(id)
 			if err != nil {
 				return nil, err
 			}
 			if rec.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
-				return e.view(rec, true)
+				return e.withEffects(rec, steps, outcomes)
 			}
 			// RUNNING but not running here: a resume is about to launch
 			// it, or the engine is closing.
@@ -364,14 +462,14 @@ func (e *Engine) Cancel(_ context.Context, id, reason string) (*orchestrator.Wor
 		r.Status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
 		r.Failure = &failure{Code: int32(errs.Code(errs.Canceled)), Message: reason}
 		return nil
-	}, func(b *bolt.Bucket) error {
+	}, func(w *wtx) error {
 		ev = nil
-		r, err := readRecord(b)
+		r, err := w.record()
 		if err != nil || r.terminal() {
 			return err
 		}
 		ev = e.observable(id, r.CurrentAgent, "orchestrator.workflow.canceled", map[string]any{"reason": reason})
-		return appendEvents(b, ev)
+		return w.logEvent(ev)
 	})
 	if err != nil {
 		return nil, err
@@ -382,7 +480,7 @@ func (e *Engine) Cancel(_ context.Context, id, reason string) (*orchestrator.Wor
 	}
 	e.mu.Unlock()
 	if ev != nil {
-		e.publish(ev)
+		e.give(ev)
 	}
 	return e.view(rec, false)
 }
@@ -398,7 +496,7 @@ func (e *Engine) Signal(_ context.Context, id string, payload []byte, key string
 		return 0, false, err
 	}
 	if !dup {
-		e.publish(ev)
+		e.give(ev)
 	}
 	if resumed {
 		rec, err := e.j.Get(id)
@@ -477,6 +575,22 @@ func (e *Engine) Signals(_ context.Context, id string) ([]orchestrator.SignalVie
 // view is a record as the service shows it; with effects, the outcome
 // of every effect of every step, in order.
 func (e *Engine) view(r *record, effects bool) (*orchestrator.Workflow, error) {
+	if !effects {
+		return e.viewOf(r)
+	}
+	steps, err := e.j.Steps(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	outcomes, err := e.j.Effects(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	return e.withEffects(r, steps, outcomes)
+}
+
+// viewOf is a record as the service shows it, without the effects.
+func (e *Engine) viewOf(r *record) (*orchestrator.Workflow, error) {
 	wf := &orchestrator.Workflow{
 		ID: r.ID, Status: r.Status, RootAgent: r.RootAgent, CurrentAgent: r.CurrentAgent, Steps: r.Steps,
 		Spent: r.Spent, Budget: r.Budget, Created: r.Created, Updated: r.Updated, Pending: r.Pending,
@@ -498,24 +612,26 @@ func (e *Engine) view(r *record, effects bool) (*orchestrator.Workflow, error) {
 			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
 		}
 	}
-	if !effects {
-		return wf, nil
-	}
-	steps, err := e.j.Steps(r.ID)
-	if err != nil {
-		return nil, err
-	}
-	outcomes, err := e.j.Effects(r.ID)
+	return wf, nil
+}
+
+// withEffects is viewOf(r) with the outcome of every effect of every
+// step, in order, from the workflow's steps and recorded outcomes.
+func (e *Engine) withEffects(r *record, steps []*stepRecord, outcomes map[string]*effectRecord) (*orchestrator.Workflow, error) {
+	wf, err := e.viewOf(r)
 	if err != nil {
 		return nil, err
 	}
 	for i, st := range steps {
-		if st.Output == nil {
+		if st.Output == nil || !hasEffects(st.Output) {
 			continue
 		}
-		out := &operatorv1.OperatorOutput{}
-		if err := proto.Unmarshal(st.Output, out); err != nil {
-			return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
+		out := wf.LastOutput
+		if !bytes.Equal(st.Output, r.LastOutput) {
+			out = &operatorv1.OperatorOutput{}
+			if err := proto.Unmarshal(st.Output, out); err != nil {
+				return nil, fmt.Errorf("journaled output is corrupt: %v: %w", err, errs.Internal)
+			}
 		}
 		id := orchestrator.DispatchID(r.ID, uint64(i+1))
 		for j, eff := range out.GetEffects() {
@@ -528,4 +644,27 @@ func (e *Engine) view(r *record, effects bool) (*orchestrator.Workflow, error) {
 		}
 	}
 	return wf, nil
+}
+
+// outputEffects is OperatorOutput.effects' field number.
+var outputEffects = protowire.Number((&operatorv1.OperatorOutput{}).ProtoReflect().Descriptor().Fields().ByName("effects").Number())
+
+// hasEffects says whether raw, a binary OperatorOutput, may declare
+// effects (true when it cannot be parsed: decoding it says why).
+func hasEffects(raw []byte) bool {
+	for len(raw) > 0 {
+		n, typ, l := protowire.ConsumeTag(raw)
+		if l < 0 {
+			return true
+		}
+		if n == outputEffects {
+			return true
+		}
+		raw = raw[l:]
+		if l = protowire.ConsumeFieldValue(n, typ, raw); l < 0 {
+			return true
+		}
+		raw = raw[l:]
+	}
+	return false
 }

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -22,7 +21,20 @@ import (
 // host is the journal's orchestrator.Host for one run of a workflow. The
 // workflow runs from the top every time; the host answers what is
 // journaled from the journal (a replay) and does the rest now, journaling
-// it before it answers.
+// it before anything outside the process depends on it.
+//
+// Writes are held back and made together (commit): a step's intent with
+// everything before it, just before the operator is called; a step's
+// result, the outcomes of its effects and the workflow's end in one
+// write at the end. What is held back is committed before the workflow
+// next acts outside the process (an operator call, an effect, the
+// answer to its caller: sync), so a crash with writes held back is a
+// crash just before they were made, which a run after it recovers from
+// as it always did: it calls again the step whose result was held back
+// (never a step whose effects were applied: those commit it first) and
+// applies again, under the same idempotency key, the effect whose
+// outcome was held back. A workflow's creation waits for its first
+// write too (Engine.Start).
 type host struct {
 	e   *Engine
 	id  string
@@ -35,16 +47,30 @@ type host struct {
 	// wi counts the events the workflow published in this run; the
 	// first logged of them are in the log already (the workflow publishes
 	// the same events in the same order in every run), the rest go out
-	// and are logged with the workflow's next write.
+	// and are logged, encoded, with the workflow's next write.
 	wi, logged uint64
-	events     []*lifecyclev1.LifecycleEvent
+	events     [][]byte
 	// lookups recorded, and staged ones, journaled with the workflow's
 	// next write: until then nothing depends on them durably.
 	lookups, staged map[string]*lookupRecord
+	// held are writes held back until the next commit.
+	held []op
 	// outputs of the steps this run called or replayed; live marks those
 	// it called, whose effects no earlier run can have recorded.
 	outputs map[uint64]*operatorv1.OperatorOutput
 	live    map[uint64]bool
+	// creating is the record of a workflow that exists in memory only:
+	// the first commit creates it and tells created how that went, and
+	// the events it published meanwhile (unsent) go out once it exists.
+	// notCreated is why that commit failed: the run stops, writing
+	// nothing.
+	creating   *record
+	created    func(existing *record, err error)
+	unsent     []*lifecyclev1.LifecycleEvent
+	notCreated error
+	// broken is an event that could not be encoded: the next commit
+	// fails with it.
+	broken error
 	// stalled is the journal write that failed because the disk is full:
 	// the run pauses (the workflow stays RUNNING) and the engine runs it
 	// again once the journal can be written.
@@ -62,21 +88,78 @@ func newHost(e *Engine, ctx context.Context, rec *record, logged uint64, lookups
 
 func (h *host) close() { h.cancel() }
 
+// errNotCreated: the write that was to create the workflow failed, so
+// the run stops without writing anything.
+var errNotCreated = errors.New("the workflow was not created")
+
+// commit makes the writes held back, the staged lookups and events, and
+// ops durable in one write of the journal (creating the workflow with
+// it, when its creation waits for its first write).
+func (h *host) commit(ops ...op) error {
+	if h.notCreated != nil {
+		return h.notCreated
+	}
+	if h.broken != nil {
+		return h.broken
+	}
+	all := make([]op, 0, len(h.held)+1+len(ops))
+	all = append(append(append(all, h.held...), h.flush), ops...)
+	err := h.e.j.write(h.id, h.creating, all...)
+	if h.creating != nil {
+		var ex *existsError
+		switch {
+		case errors.As(err, &ex):
+			h.created(ex.existing, nil)
+		default:
+			h.created(nil, err)
+		}
+		if err != nil {
+			h.notCreated = fmt.Errorf("%w: %w", errNotCreated, err)
+			h.unsent = nil
+			return h.notCreated
+		}
+		h.creating = nil
+		for _, ev := range h.unsent {
+			h.e.give(ev)
+		}
+		h.unsent = nil
+	}
+	if err != nil {
+		return err
+	}
+	h.held = h.held[:0]
+	h.clear()
+	return nil
+}
+
+// hold keeps o for the next commit.
+func (h *host) hold(o op) { h.held = append(h.held, o) }
+
+// sync commits what is held back, before the workflow acts outside the
+// process.
+func (h *host) sync() error {
+	if len(h.held) == 0 {
+		return nil
+	}
+	return h.commit()
+}
+
 // flush writes the staged lookups and events; clear forgets them once
 // written.
-func (h *host) flush(b *bolt.Bucket) error {
+func (h *host) flush(w *wtx) error {
 	for agent, l := range h.staged {
-		if err := putJSON(b, append([]byte{prefixLookup}, agent...), l); err != nil {
+		if err := put(w.b, prefixed(prefixLookup, []byte(agent)), l); err != nil {
 			return err
 		}
 	}
 	if len(h.events) == 0 {
 		return nil
 	}
-	if err := appendEvents(b, h.events...); err != nil {
+	if _, err := w.log(h.events...); err != nil {
 		return err
 	}
-	return b.Put(keyLogOwn, u64(h.wi))
+	w.own(h.wi)
+	return nil
 }
 
 func (h *host) clear() {
@@ -85,6 +168,7 @@ func (h *host) clear() {
 		h.lookups[agent] = l
 	}
 	clear(h.staged)
+	clear(h.events)
 	h.events = h.events[:0]
 }
 
@@ -95,27 +179,53 @@ func (h *host) next() bool {
 	return h.wi > h.logged
 }
 
-// stage sends a new event and keeps it for the next write.
+// stage sends a new event and keeps it, encoded, for the next write.
 func (h *host) stage(ev *lifecyclev1.LifecycleEvent) {
-	ev = proto.Clone(ev).(*lifecyclev1.LifecycleEvent)
+	raw, err := h.encode(ev)
+	if err != nil {
+		return
+	}
+	h.events = append(h.events, raw)
+	h.send(ev)
+}
+
+// encode is ev, given its time when it has none, in its binary form; an
+// error breaks the next commit.
+func (h *host) encode(ev *lifecyclev1.LifecycleEvent) ([]byte, error) {
 	if ev.Time == nil {
 		ev.Time = timestamppb.Now()
 	}
-	h.e.publish(ev)
-	h.events = append(h.events, ev)
+	raw, err := proto.Marshal(ev)
+	if err != nil && h.broken == nil {
+		h.broken = fmt.Errorf("encode event %s: %w", ev.GetObservable().GetEventType(), err)
+	}
+	return raw, err
 }
 
-// withEnding records the ending event, when new, after what flush
-// wrote.
-func (h *host) withEnding(ending *lifecyclev1.LifecycleEvent, isNew bool) writeFn {
-	return func(b *bolt.Bucket) error {
+// send gives ev to the lifecycle bus, or keeps it until the workflow
+// exists.
+func (h *host) send(ev *lifecyclev1.LifecycleEvent) {
+	if h.creating != nil {
+		h.unsent = append(h.unsent, ev)
+		return
+	}
+	h.e.give(ev)
+}
+
+// withEnding records the ending event (encoded: raw), when new, after
+// what flush wrote, and its position in *pos.
+func (h *host) withEnding(raw []byte, isNew bool, pos *uint64) op {
+	return func(w *wtx) error {
 		if !isNew {
 			return nil
 		}
-		if err := appendEvents(b, ending); err != nil {
+		p, err := w.log(raw)
+		if err != nil {
 			return err
 		}
-		return b.Put(keyLogOwn, u64(h.wi))
+		*pos = p
+		w.own(h.wi)
+		return nil
 	}
 }
 
@@ -154,12 +264,18 @@ func (h *host) Lookup(agentID string) (orchestrator.AgentInfo, error) {
 }
 
 // Call implements orchestrator.Host: it journals the step's intent (the
-// exact input, with the pending signals folded in), calls the operator,
-// and journals the output or the failure.
+// exact input, with the pending signals folded in) with everything held
+// back, calls the operator, and holds back the output or the failure for
+// the next commit.
 func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) {
 	h.n = c.N
-	var agent *orchestrator.Agent
-	st, replay, err := h.e.j.BeginStep(h.id, c.N, func(b *bolt.Bucket, _ *record, pending []*signalRecord) (*stepRecord, error) {
+	var (
+		agent  *orchestrator.Agent
+		built  *operatorv1.OperatorInput
+		st     *stepRecord
+		replay bool
+	)
+	err := h.commit(beginStep(c.N, func(w *wtx, pending []*signalRecord) (*stepRecord, error) {
 		a, err := h.e.deps.Registry.Lookup(c.Agent)
 		if err != nil {
 			return nil, err
@@ -170,7 +286,10 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
 		}
 		in, seqs, err := orchestrator.BuildInput(a, c, h.id, sigs, func(n uint64) (*operatorv1.OperatorOutput, error) {
-			st, err := stepOutput(b, n)
+			if out := h.outputs[n]; out != nil {
+				return out, nil
+			}
+			st, err := stepOutput(w.b, n)
 			if err != nil {
 				return nil, err
 			}
@@ -183,13 +302,11 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		if err != nil {
 			return nil, err
 		}
+		built = in
 		return &stepRecord{Agent: c.Agent, Input: raw, Signals: seqs, Started: time.Now()}, nil
-	}, h.flush)
+	}, &st, &replay))
 	if err != nil {
 		return nil, err
-	}
-	if !replay {
-		h.clear()
 	}
 	if st.Agent != c.Agent {
 		return nil, fmt.Errorf("journal mismatch at step %d: recorded agent %q, replay reached %q: %w", c.N, st.Agent, c.Agent, errs.Internal)
@@ -214,9 +331,12 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			return nil, err
 		}
 	}
-	in := &operatorv1.OperatorInput{}
-	if err := proto.Unmarshal(st.Input, in); err != nil {
-		return nil, fmt.Errorf("journaled input of step %d is corrupt: %v: %w", c.N, err, errs.Internal)
+	in := built
+	if replay || in == nil {
+		in = &operatorv1.OperatorInput{}
+		if err := proto.Unmarshal(st.Input, in); err != nil {
+			return nil, fmt.Errorf("journaled input of step %d is corrupt: %v: %w", c.N, err, errs.Internal)
+		}
 	}
 	started := time.Now()
 	out, err := h.call(c, agent, in)
@@ -232,10 +352,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			f = &orchestrator.Failure{Code: int32(errs.Code(errs.DeadlineExceeded)), Message: "the Dispatch caller's deadline passed"}
 		}
 		st.Error = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
-		if err := h.e.j.FinishStep(h.id, c.N, st, func(*record) {}, h.flush); err != nil {
-			return nil, err
-		}
-		h.clear()
+		h.hold(finishStep(c.N, st, nil))
 		if deadline {
 			return nil, fmt.Errorf("the Dispatch caller's deadline passed during step %d: %w", c.N, errs.DeadlineExceeded)
 		}
@@ -245,16 +362,12 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		return nil, err
 	}
 	res := orchestrator.ResultOf(c.Dispatch, out)
-	err = h.e.j.FinishStep(h.id, c.N, st, func(r *record) {
+	h.hold(finishStep(c.N, st, func(r *record) {
 		r.Steps++
 		r.Spent = r.Spent.Add(res.Cost)
 		r.LastOutput = st.Output
 		r.CurrentAgent = c.Agent
-	}, h.flush)
-	if err != nil {
-		return nil, err
-	}
-	h.clear()
+	}))
 	h.outputs[c.N], h.live[c.N] = out, true
 	res.Signals = st.Signals
 	res.Duration = time.Since(started)
@@ -305,9 +418,13 @@ func (h *host) call(c *orchestrator.StepCall, agent *orchestrator.Agent, in *ope
 	}
 }
 
-// Apply implements orchestrator.Host. Transient State failures are
-// retried with capped backoff for as long as the workflow runs: an effect
-// is never dropped because the State service was briefly away.
+// Apply implements orchestrator.Host. What is held back (the step's
+// output, the outcomes of the effects before this one) is committed
+// before the effect acts outside the process (any effect but a log);
+// its own outcome is held back. Transient
+// State failures are retried with capped backoff for as long as the
+// workflow runs: an effect is never dropped because the State service
+// was briefly away.
 func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 	if o, ok, err := h.recorded(c); err != nil || ok {
 		return o, err
@@ -320,6 +437,11 @@ func (h *host) Apply(c *orchestrator.EffectCall) (orchestrator.Outcome, error) {
 		return orchestrator.Outcome{}, fmt.Errorf("step %d has no effect %d: %w", c.Step, c.Index, errs.Internal)
 	}
 	eff := out.GetEffects()[c.Index]
+	if eff.GetLog() == nil { // a log effect only adds to the event log
+		if err := h.sync(); err != nil {
+			return orchestrator.Outcome{}, err
+		}
+	}
 	var events []*lifecyclev1.LifecycleEvent
 	env := orchestrator.EffectEnv{State: h.e.deps.State, Handlers: h.e.opts.Handlers,
 		Publish: func(ev *lifecyclev1.LifecycleEvent) { events = append(events, ev) },
@@ -380,6 +502,8 @@ func (h *host) Record(c *orchestrator.EffectCall, o orchestrator.Outcome) error 
 	return h.record(c, o)
 }
 
+// record holds back an effect's outcome for the next commit. Its events
+// are encoded now: the workflow publishes them next.
 func (h *host) record(c *orchestrator.EffectCall, o orchestrator.Outcome) error {
 	rec := &effectRecord{Applied: o.Applied, Detail: o.Detail, Step: c.Step, Time: time.Now()}
 	for _, ev := range o.Events {
@@ -389,11 +513,7 @@ func (h *host) record(c *orchestrator.EffectCall, o orchestrator.Outcome) error 
 		}
 		rec.Events = append(rec.Events, raw)
 	}
-	err := h.e.j.RecordEffect(h.id, c.Ref.Key, rec, h.flush)
-	if err != nil {
-		return err
-	}
-	h.clear()
+	h.hold(recordEffect(c.Ref.Key, rec))
 	return nil
 }
 
@@ -406,43 +526,45 @@ func (h *host) Decide(s orchestrator.BudgetState) (*lifecyclev1.BudgetDecision, 
 // errEnded says the workflow ended while it ran (a Cancel).
 var errEnded = errors.New("the workflow has already ended")
 
-// Await implements orchestrator.Host: it ends the workflow unless
-// signals are pending or the next step is journaled. A suspended
-// workflow's run ends here; a signal runs it again (Engine.Signal).
+// Await implements orchestrator.Host: it ends the workflow, with
+// everything held back, unless signals are pending or the next step is
+// journaled. A suspended workflow's run ends here; a signal runs it
+// again (Engine.Signal).
 func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, error) {
 	status := orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED
 	if suspended {
 		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED
 	}
 	isNew := h.next()
-	ending = h.prepare(ending)
-	more, err := h.e.j.EndUnlessMore(h.id, h.n+1, status, h.withEnding(ending, isNew), h.flush)
-	if errors.Is(err, errAlreadyEnded) {
-		return false, errEnded
+	var raw []byte
+	if isNew {
+		raw, _ = h.encode(ending)
 	}
-	if err != nil {
+	var (
+		more, ended bool
+		pos         uint64
+	)
+	if err := h.commit(endUnlessMore(h.n+1, status, h.withEnding(raw, isNew, &pos), &more, &ended)); err != nil {
 		return false, err
 	}
-	h.clear()
+	if ended {
+		return false, errEnded
+	}
 	if !more && isNew {
-		h.e.publish(ending)
+		ending.WorkflowSequence = pos
+		h.send(ending)
 	}
 	return more, nil
-}
-
-// prepare is an event as the log keeps it.
-func (h *host) prepare(ev *lifecyclev1.LifecycleEvent) *lifecyclev1.LifecycleEvent {
-	ev = proto.Clone(ev).(*lifecyclev1.LifecycleEvent)
-	if ev.Time == nil {
-		ev.Time = timestamppb.Now()
-	}
-	return ev
 }
 
 // Stopped implements orchestrator.Host. A journal that cannot be
 // written because its disk is full pauses the workflow rather than fail
 // it: the fault heals, and the engine runs it again (see Engine.launch).
+// A run whose workflow was not created stops there.
 func (h *host) Stopped(err error) *orchestrator.Stop {
+	if errors.Is(err, errNotCreated) {
+		return &orchestrator.Stop{Pause: true}
+	}
 	var canceled *canceledError
 	switch cause := context.Cause(h.ctx); {
 	case errors.Is(cause, errShutdown):
@@ -457,29 +579,38 @@ func (h *host) Stopped(err error) *orchestrator.Stop {
 	return nil
 }
 
-// End implements orchestrator.Host. A Cancel records its own end.
+// End implements orchestrator.Host, with everything held back. A Cancel
+// records its own end.
 func (h *host) End(status orchestratorv1.WorkflowStatus, f *orchestrator.Failure, ending *lifecyclev1.LifecycleEvent) bool {
 	isNew := h.next()
-	ending = h.prepare(ending)
-	recorded := false
-	_, err := h.e.j.Update(h.id, func(r *record) error {
+	var raw []byte
+	if isNew {
+		raw, _ = h.encode(ending)
+	}
+	var (
+		recorded bool
+		pos      uint64
+	)
+	err := h.commit(func(w *wtx) error {
 		recorded = false
-		if r.terminal() {
-			return nil // nothing to record, but the events staged are
-		}
-		r.Status = status
-		r.Failure = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
-		recorded = true
-		return nil
-	}, h.flush, func(b *bolt.Bucket) error {
-		// Update runs this before fn: the ending goes in only with the end,
-		// which the record read here says will be written.
-		r, err := readRecord(b)
+		r, err := w.record()
 		if err != nil {
 			return err
 		}
-		return h.withEnding(ending, isNew && !r.terminal())(b)
+		if r.terminal() {
+			return nil // nothing to record, but what is held back and staged is
+		}
+		if err := h.withEnding(raw, isNew, &pos)(w); err != nil {
+			return err
+		}
+		r.Status = status
+		r.Failure = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
+		w.dirty, recorded = true, true
+		return nil
 	})
+	if errors.Is(err, errNotCreated) {
+		return false
+	}
 	if err != nil {
 		h.e.log.Error("could not record the workflow's end", "workflow_id", h.id, "err", err)
 		if errors.Is(err, errs.StorageFull) {
@@ -487,9 +618,9 @@ func (h *host) End(status orchestratorv1.WorkflowStatus, f *orchestrator.Failure
 		}
 		return false
 	}
-	h.clear()
 	if recorded && isNew {
-		h.e.publish(ending)
+		ending.WorkflowSequence = pos
+		h.send(ending)
 	}
 	return recorded
 }

@@ -70,11 +70,23 @@ func endTime(r *record) time.Time {
 // Open's transaction. From 1 to 2 it builds live and ended from the
 // status index, reading the record of each finished workflow for the
 // time it ended: one pass over the journal, once; the workflows are not
-// rewritten.
+// rewritten. From 2 to 3 there is nothing to do: version 3 writes its
+// records in binary (codec.go) and reads the JSON ones as they are.
 func migrate(tx *bolt.Tx, from uint64) error {
-	if from != 1 {
+	if from < 1 || from >= schemaVersion {
 		return fmt.Errorf("no migration from schema version %d", from)
 	}
+	if from == 1 {
+		if err := buildIndexes(tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildIndexes builds live and ended from the status index (version 1
+// to 2).
+func buildIndexes(tx *bolt.Tx) error {
 	all, live, ended := tx.Bucket(bucketWorkflows), tx.Bucket(bucketLive), tx.Bucket(bucketEnded)
 	var finished uint64
 	err := tx.Bucket(bucketIndex).ForEach(func(k, v []byte) error {

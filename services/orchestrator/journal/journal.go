@@ -7,15 +7,16 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
@@ -25,7 +26,7 @@ import (
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
-// The journal is one bbolt file. Layout (schema version 2):
+// The journal is one bbolt file. Layout (schema version 3):
 //
 //	meta/schema_version   the layout's version, checked at open
 //	meta/secret           HMAC key of page tokens
@@ -37,7 +38,7 @@ import (
 //	ended/<ended ns BE><id>    -> created ns BE, for finished workflows,
 //	                      oldest end first (what retention deletes)
 //	workflows/<id>/       one bucket per workflow:
-//	    r                 the record (JSON)
+//	    r                 the record
 //	    s<n BE>           step n: agent, input, then output or error
 //	    e<effect key>     an effect's outcome, once executed
 //	    g<seq BE>         signal seq: payload, key, delivering step
@@ -47,12 +48,16 @@ import (
 //	    n                 the log's last position
 //	    w                 how many of the workflow's own events the log holds
 //
-// Protobuf values inside records are stored in their binary form. These
-// structs are the stored format: a field may be added (older files read
-// it as zero), never renamed or given another meaning; anything else
-// bumps schemaVersion, which an older orchestrator then refuses to open.
+// The records (r, s, e, g, l) are these structs in the binary form of
+// codec.go, protobuf values inside them in theirs. They are the stored
+// format: a field may be added (older files read it as zero), never
+// renamed, renumbered or given another meaning; anything else bumps
+// schemaVersion, which an older orchestrator then refuses to open.
 // Version 2 added live, ended and meta/finished (indexes.go); Open
-// migrates a version 1 file by building them once.
+// migrates a version 1 file by building them once. Version 3 writes the
+// records in binary instead of JSON; it reads the JSON records of older
+// files as they are (Open rewrites nothing), and a record is binary once
+// it is next written.
 
 var (
 	bucketMeta      = []byte("meta")
@@ -68,7 +73,7 @@ var (
 )
 
 // schemaVersion is the journal layout this build reads and writes.
-const schemaVersion = 2
+const schemaVersion = 3
 
 const (
 	prefixStep   = 's'
@@ -313,10 +318,32 @@ func u64(n uint64) []byte {
 	return b[:]
 }
 
-func stepKey(n uint64) []byte { return append([]byte{prefixStep}, u64(n)...) }
+// prefixed is a workflow bucket's key: a prefix byte, then key.
+func prefixed(prefix byte, key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = prefix
+	copy(k[1:], key)
+	return k
+}
+
+// seqKey is prefix, then n big-endian.
+func seqKey(prefix byte, n uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], n)
+	return k
+}
+
+func stepKey(n uint64) []byte     { return seqKey(prefixStep, n) }
+func signalKey(n uint64) []byte   { return seqKey(prefixSignal, n) }
+func eventKey(n uint64) []byte    { return seqKey(prefixEvent, n) }
+func effectKey(key string) []byte { return prefixed(prefixEffect, []byte(key)) }
 
 func indexKey(r *record) []byte {
-	return append(u64(uint64(r.Created.UnixNano())), r.ID...)
+	k := make([]byte, 8+len(r.ID))
+	binary.BigEndian.PutUint64(k, uint64(r.Created.UnixNano()))
+	copy(k[8:], r.ID)
+	return k
 }
 
 func notFound(id string) error {
@@ -327,16 +354,20 @@ func wfBucket(tx *bolt.Tx, id string) *bolt.Bucket {
 	return tx.Bucket(bucketWorkflows).Bucket([]byte(id))
 }
 
-func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
+// get decodes the entry at key into v; false when there is none.
+func get(b *bolt.Bucket, key []byte, v codec) (bool, error) {
 	raw := b.Get(key)
 	if raw == nil {
 		return false, nil
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := v.unmarshal(raw); err != nil {
 		return false, fmt.Errorf("journal entry %q is corrupt: %w", key, err)
 	}
 	return true, nil
 }
+
+// put stores v at key, in the binary form.
+func put(b *bolt.Bucket, key []byte, v codec) error { return b.Put(key, v.marshal()) }
 
 // view runs fn on workflow id's bucket in a read transaction; an
 // unknown id is NotFound.
@@ -351,30 +382,26 @@ func (j *Journal) view(id string, fn func(b *bolt.Bucket) error) error {
 }
 
 // scan decodes every entry of b whose key starts with prefix, in key
-// order, passing the key without its prefix.
-func scan[T any](b *bolt.Bucket, prefix byte, fn func(key []byte, v *T)) error {
+// order, passing the key without its prefix (valid only in the
+// transaction).
+func scan[T any, P interface {
+	*T
+	codec
+}](b *bolt.Bucket, prefix byte, fn func(key []byte, v P)) error {
 	c := b.Cursor()
 	for k, v := c.Seek([]byte{prefix}); k != nil && k[0] == prefix; k, v = c.Next() {
-		var rec T
-		if err := json.Unmarshal(v, &rec); err != nil {
+		rec := P(new(T))
+		if err := rec.unmarshal(v); err != nil {
 			return fmt.Errorf("journal entry %q is corrupt: %w", k, err)
 		}
-		fn(k[1:], &rec)
+		fn(k[1:], rec)
 	}
 	return nil
 }
 
-func putJSON(b *bolt.Bucket, key []byte, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.Put(key, raw)
-}
-
 func readRecord(b *bolt.Bucket) (*record, error) {
 	var r record
-	ok, err := getJSON(b, keyRecord, &r)
+	ok, err := get(b, keyRecord, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -386,29 +413,162 @@ func readRecord(b *bolt.Bucket) (*record, error) {
 
 // writeRecord stores r and keeps the status indexes in step.
 func writeRecord(tx *bolt.Tx, b *bolt.Bucket, r *record) error {
-	if err := putJSON(b, keyRecord, r); err != nil {
+	if err := put(b, keyRecord, r); err != nil {
 		return err
 	}
 	return indexStatus(tx, r)
 }
 
+// wtx is one workflow's part of a write transaction: its bucket; its
+// record, decoded at most once and, once changed, written back once at
+// the end of the write with Updated set to the time of the write; and
+// its event log's counters, read at most once and written once.
+type wtx struct {
+	tx    *bolt.Tx
+	b     *bolt.Bucket
+	r     *record
+	dirty bool
+	// logEnd is the log's last position once read (logRead); logOwn,
+	// when set, how many of the workflow's own events the log holds.
+	logEnd          uint64
+	logOwn          uint64
+	logRead, setEnd bool
+	setOwn          bool
+}
+
+// log appends raws (binary LifecycleEvents) at the next positions of
+// the workflow's event log, each with its position as its
+// workflow_sequence, and returns the last position.
+func (w *wtx) log(raws ...[]byte) (uint64, error) {
+	if !w.logRead {
+		w.logEnd, w.logRead = getU64(w.b, keyLogEnd), true
+	}
+	for _, raw := range raws {
+		w.logEnd++
+		if err := w.b.Put(eventKey(w.logEnd), withSequence(raw, w.logEnd)); err != nil {
+			return 0, err
+		}
+	}
+	w.setEnd = w.setEnd || len(raws) > 0
+	return w.logEnd, nil
+}
+
+// logEvent appends ev to the workflow's event log, setting its
+// WorkflowSequence.
+func (w *wtx) logEvent(ev *lifecyclev1.LifecycleEvent) error {
+	if !w.logRead {
+		w.logEnd, w.logRead = getU64(w.b, keyLogEnd), true
+	}
+	ev.WorkflowSequence = w.logEnd + 1
+	raw, err := proto.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = w.log(raw)
+	return err
+}
+
+// own records that the log holds the workflow's first n own events.
+func (w *wtx) own(n uint64) { w.logOwn, w.setOwn = n, true }
+
+// finish writes what the ops changed: the log's counters, the record.
+func (w *wtx) finish() error {
+	if w.setEnd {
+		if err := w.b.Put(keyLogEnd, u64(w.logEnd)); err != nil {
+			return err
+		}
+	}
+	if w.setOwn {
+		if err := w.b.Put(keyLogOwn, u64(w.logOwn)); err != nil {
+			return err
+		}
+	}
+	if !w.dirty {
+		return nil
+	}
+	w.r.Updated = time.Now()
+	return writeRecord(w.tx, w.b, w.r)
+}
+
+// record returns the workflow's record as the transaction has it.
+func (w *wtx) record() (*record, error) {
+	if w.r == nil {
+		r, err := readRecord(w.b)
+		if err != nil {
+			return nil, err
+		}
+		w.r = r
+	}
+	return w.r, nil
+}
+
+// change returns the record for a change, which the write stores.
+func (w *wtx) change() (*record, error) {
+	r, err := w.record()
+	if err == nil {
+		w.dirty = true
+	}
+	return r, err
+}
+
+// op is one change of a workflow, made in a write.
+type op func(w *wtx) error
+
+// existsError: the workflow a write was to create exists.
+type existsError struct{ existing *record }
+
+func (e *existsError) Error() string { return fmt.Sprintf("workflow %q exists", e.existing.ID) }
+
+// write applies ops, in order, to workflow id in one transaction of the
+// group commit, and returns once the transaction is durable. With create
+// set, the workflow is created from it first; when it exists, nothing is
+// written and the error is an *existsError with its record. An error of
+// an op rolls the whole write back (and only it: the writes of other
+// workflows sharing the transaction are committed without it). ops may
+// run more than once (the group commit runs a transaction again without
+// a write that failed): they change nothing outside the transaction but
+// what they report.
+func (j *Journal) write(id string, create *record, ops ...op) error {
+	return j.update(func(tx *bolt.Tx) error {
+		all := tx.Bucket(bucketWorkflows)
+		w := &wtx{tx: tx, b: all.Bucket([]byte(id))}
+		switch {
+		case create != nil && w.b != nil:
+			r, err := readRecord(w.b)
+			if err != nil {
+				return err
+			}
+			return &existsError{r}
+		case create != nil:
+			b, err := all.CreateBucket([]byte(id))
+			if err != nil {
+				return err
+			}
+			r := *create // ops change it; a second run starts from create again
+			w.b, w.r, w.dirty = b, &r, true
+		case w.b == nil:
+			return notFound(id)
+		}
+		for _, op := range ops {
+			if err := op(w); err != nil {
+				return err
+			}
+		}
+		return w.finish()
+	})
+}
+
 // Create stores a new workflow. When the id exists it returns the
 // existing record and created=false, changing nothing.
 func (j *Journal) Create(r *record) (existing *record, created bool, err error) {
-	err = j.update(func(tx *bolt.Tx) error {
-		all := tx.Bucket(bucketWorkflows)
-		if b := all.Bucket([]byte(r.ID)); b != nil {
-			existing, err = readRecord(b)
-			return err
-		}
-		b, err := all.CreateBucket([]byte(r.ID))
-		if err != nil {
-			return err
-		}
-		created = true
-		return writeRecord(tx, b, r)
-	})
-	return existing, created, err
+	var ex *existsError
+	switch err := j.write(r.ID, r); {
+	case errors.As(err, &ex):
+		return ex.existing, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return nil, true, nil
 }
 
 // Get returns a workflow's record, or NotFound.
@@ -421,33 +581,31 @@ func (j *Journal) Get(id string) (*record, error) {
 	return r, err
 }
 
-// Update changes a record in one transaction. fn may return errNoChange to
-// leave it as it is.
-func (j *Journal) Update(id string, fn func(r *record) error, also ...writeFn) (*record, error) {
+// Update changes a record in one transaction, after the ops in also. fn
+// may return errNoChange to leave it as it is (and write nothing).
+func (j *Journal) Update(id string, fn func(r *record) error, also ...op) (*record, error) {
 	var out *record
-	err := j.update(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		if err := each(b, also); err != nil {
-			return err
-		}
-		r, err := readRecord(b)
-		if err != nil {
-			return err
-		}
-		out = r
-		if err := fn(r); err != nil {
-			return err
-		}
-		r.Updated = time.Now()
-		return writeRecord(tx, b, r)
-	})
+	err := j.write(id, nil, append(also, updateRecord(fn, &out))...)
 	if errors.Is(err, errNoChange) {
 		err = nil
 	}
 	return out, err
+}
+
+// updateRecord is fn applied to the record; *out is the record.
+func updateRecord(fn func(r *record) error, out **record) op {
+	return func(w *wtx) error {
+		r, err := w.record()
+		if err != nil {
+			return err
+		}
+		*out = r
+		if err := fn(r); err != nil {
+			return err
+		}
+		w.dirty = true
+		return nil
+	}
 }
 
 // errNoChange lets an Update callback leave the record untouched.
@@ -458,7 +616,7 @@ func (j *Journal) Step(id string, n uint64) (*stepRecord, error) {
 	var s *stepRecord
 	err := j.view(id, func(b *bolt.Bucket) error {
 		var st stepRecord
-		ok, err := getJSON(b, stepKey(n), &st)
+		ok, err := get(b, stepKey(n), &st)
 		if ok {
 			s = &st
 		}
@@ -476,101 +634,95 @@ func (j *Journal) Steps(id string) ([]*stepRecord, error) {
 	return out, err
 }
 
-// BeginStep journals the intent of step n. When step n exists it is
-// returned unchanged (a replay). Otherwise plan is called, in the same
-// transaction, with the signals not yet delivered; it returns the step to
-// store, and the signals it lists are marked delivered by step n. The
-// record's current agent follows the step.
-func (j *Journal) BeginStep(id string, n uint64, plan func(b *bolt.Bucket, r *record, pending []*signalRecord) (*stepRecord, error), also ...writeFn) (*stepRecord, bool, error) {
+// BeginStep journals the intent of step n, alone in a write (see
+// beginStep).
+func (j *Journal) BeginStep(id string, n uint64, plan func(w *wtx, pending []*signalRecord) (*stepRecord, error), also ...op) (*stepRecord, bool, error) {
 	var (
 		out    *stepRecord
 		replay bool
 	)
-	err := j.update(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
+	err := j.write(id, nil, append(also, beginStep(n, plan, &out, &replay))...)
+	return out, replay, err
+}
+
+// beginStep journals the intent of step n. When step n exists, *out is
+// it as journaled and *replay true (a replay). Otherwise plan is called
+// with the signals not yet delivered and returns the step to store; the
+// signals it lists are marked delivered by step n.
+func beginStep(n uint64, plan func(w *wtx, pending []*signalRecord) (*stepRecord, error), out **stepRecord, replay *bool) op {
+	return func(w *wtx) error {
 		var st stepRecord
-		ok, err := getJSON(b, stepKey(n), &st)
+		ok, err := get(w.b, stepKey(n), &st)
 		if err != nil {
 			return err
 		}
+		*out, *replay = &st, ok
 		if ok {
-			out, replay = &st, true
 			return nil
 		}
-		r, err := readRecord(b)
+		r, err := w.change()
 		if err != nil {
 			return err
 		}
-		pending, err := pendingSignals(b)
-		if err != nil {
-			return err
+		var pending []*signalRecord
+		if r.Pending > 0 { // Pending counts the signals not yet delivered
+			if pending, err = pendingSignals(w.b); err != nil {
+				return err
+			}
 		}
-		if err := each(b, also); err != nil {
-			return err
-		}
-		s, err := plan(b, r, pending)
+		s, err := plan(w, pending)
 		if err != nil {
 			return err
 		}
 		for _, sig := range pending {
-			for _, seq := range s.Signals {
-				if seq == sig.Seq {
-					sig.Step = n
-					if err := putJSON(b, append([]byte{prefixSignal}, u64(seq)...), sig); err != nil {
-						return err
-					}
-					r.Pending--
+			if slices.Contains(s.Signals, sig.Seq) {
+				sig.Step = n
+				if err := put(w.b, signalKey(sig.Seq), sig); err != nil {
+					return err
 				}
+				r.Pending--
 			}
 		}
-		if err := putJSON(b, stepKey(n), s); err != nil {
-			return err
-		}
-		r.Updated = time.Now()
-		out = s
-		return writeRecord(tx, b, r)
-	})
-	return out, replay, err
+		*out = s
+		return put(w.b, stepKey(n), s)
+	}
 }
 
-// FinishStep stores step n's result and applies update to the record in
-// the same transaction.
-func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *record), also ...writeFn) error {
-	return j.update(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		if err := each(b, also); err != nil {
+// FinishStep stores step n's result and applies update to the record,
+// alone in a write (see finishStep).
+func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *record), also ...op) error {
+	return j.write(id, nil, append(also, finishStep(n, s, update))...)
+}
+
+// finishStep stores step n's result and applies update (nil: none) to
+// the record.
+func finishStep(n uint64, s *stepRecord, update func(r *record)) op {
+	return func(w *wtx) error {
+		if err := put(w.b, stepKey(n), s); err != nil {
 			return err
 		}
-		if err := putJSON(b, stepKey(n), s); err != nil {
-			return err
-		}
-		r, err := readRecord(b)
+		r, err := w.change()
 		if err != nil {
 			return err
 		}
-		update(r)
-		r.Updated = time.Now()
-		return writeRecord(tx, b, r)
-	})
+		if update != nil {
+			update(r)
+		}
+		return nil
+	}
 }
 
-// writeFn is an extra write into a workflow's bucket, made in the same
-// transaction as the journal write it is passed to.
-type writeFn func(b *bolt.Bucket) error
+// eventSeqField is LifecycleEvent.workflow_sequence's field number.
+var eventSeqField = protowire.Number((&lifecyclev1.LifecycleEvent{}).ProtoReflect().Descriptor().Fields().ByName("workflow_sequence").Number())
 
-func each(b *bolt.Bucket, fns []writeFn) error {
-	for _, fn := range fns {
-		if err := fn(b); err != nil {
-			return err
-		}
-	}
-	return nil
+// withSequence is raw, a binary LifecycleEvent, with its
+// workflow_sequence set to pos: the field is appended, and the last
+// value of a field is the one a parser keeps.
+func withSequence(raw []byte, pos uint64) []byte {
+	out := make([]byte, len(raw), len(raw)+11)
+	copy(out, raw)
+	out = protowire.AppendTag(out, eventSeqField, protowire.VarintType)
+	return protowire.AppendVarint(out, pos)
 }
 
 func getU64(b *bolt.Bucket, key []byte) uint64 {
@@ -578,24 +730,6 @@ func getU64(b *bolt.Bucket, key []byte) uint64 {
 		return binary.BigEndian.Uint64(v)
 	}
 	return 0
-}
-
-// appendEvents records evs at the next positions of the workflow's event
-// log, setting each one's WorkflowSequence.
-func appendEvents(b *bolt.Bucket, evs ...*lifecyclev1.LifecycleEvent) error {
-	pos := getU64(b, keyLogEnd)
-	for _, ev := range evs {
-		pos++
-		ev.WorkflowSequence = pos
-		raw, err := proto.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		if err := b.Put(append([]byte{prefixEvent}, u64(pos)...), raw); err != nil {
-			return err
-		}
-	}
-	return b.Put(keyLogEnd, u64(pos))
 }
 
 // Events returns up to maxLogPage events of workflow id's log after
@@ -612,7 +746,7 @@ func (j *Journal) Events(id string, after uint64) ([]*lifecyclev1.LifecycleEvent
 		}
 		ended = r.terminal()
 		c := b.Cursor()
-		for k, v := c.Seek(append([]byte{prefixEvent}, u64(after+1)...)); k != nil && k[0] == prefixEvent; k, v = c.Next() {
+		for k, v := c.Seek(eventKey(after + 1)); k != nil && k[0] == prefixEvent; k, v = c.Next() {
 			if len(out) == maxLogPage {
 				ended = false
 				break
@@ -643,10 +777,26 @@ func (j *Journal) runState(id string) (r *record, published uint64, lookups map[
 	return r, published, lookups, err
 }
 
+// final is what Wait answers of a workflow, read in one transaction: its
+// record, its steps and its effects' outcomes.
+func (j *Journal) final(id string) (r *record, steps []*stepRecord, effects map[string]*effectRecord, err error) {
+	effects = map[string]*effectRecord{}
+	err = j.view(id, func(b *bolt.Bucket) error {
+		if r, err = readRecord(b); err != nil {
+			return err
+		}
+		if err := scan(b, prefixStep, func(_ []byte, s *stepRecord) { steps = append(steps, s) }); err != nil {
+			return err
+		}
+		return scan(b, prefixEffect, func(key []byte, e *effectRecord) { effects[string(key)] = e })
+	})
+	return r, steps, effects, err
+}
+
 // stepOutput decodes step n's output from b; nil when it has none.
 func stepOutput(b *bolt.Bucket, n uint64) (*stepRecord, error) {
 	var st stepRecord
-	ok, err := getJSON(b, stepKey(n), &st)
+	ok, err := get(b, stepKey(n), &st)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -658,7 +808,7 @@ func (j *Journal) Effect(id, key string) (*effectRecord, error) {
 	var e *effectRecord
 	err := j.view(id, func(b *bolt.Bucket) error {
 		var rec effectRecord
-		ok, err := getJSON(b, append([]byte{prefixEffect}, key...), &rec)
+		ok, err := get(b, effectKey(key), &rec)
 		if ok {
 			e = &rec
 		}
@@ -676,18 +826,14 @@ func (j *Journal) Effects(id string) (map[string]*effectRecord, error) {
 	return out, err
 }
 
-// RecordEffect stores an effect's outcome. Concurrent calls share a commit.
-func (j *Journal) RecordEffect(id, key string, e *effectRecord, also ...writeFn) error {
-	return j.update(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		if err := each(b, also); err != nil {
-			return err
-		}
-		return putJSON(b, append([]byte{prefixEffect}, key...), e)
-	})
+// RecordEffect stores an effect's outcome, alone in a write.
+func (j *Journal) RecordEffect(id, key string, e *effectRecord, also ...op) error {
+	return j.write(id, nil, append(also, recordEffect(key, e))...)
+}
+
+// recordEffect stores an effect's outcome.
+func recordEffect(key string, e *effectRecord) op {
+	return func(w *wtx) error { return put(w.b, effectKey(key), e) }
 }
 
 func pendingSignals(b *bolt.Bucket) ([]*signalRecord, error) {
@@ -714,18 +860,15 @@ func (j *Journal) Signals(id string) ([]*signalRecord, error) {
 // duplicate=true. A SUSPENDED workflow turns RUNNING (resumed=true): the
 // caller restarts it.
 func (j *Journal) AddSignal(id string, payload []byte, key string, accepted func(seq uint64) *lifecyclev1.LifecycleEvent) (seq uint64, duplicate, resumed bool, err error) {
-	err = j.update(func(tx *bolt.Tx) error {
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
+	err = j.write(id, nil, func(w *wtx) error {
+		seq, duplicate, resumed = 0, false, false
 		if key != "" {
-			if v := b.Get(append([]byte{prefixSigKey}, key...)); len(v) == 8 {
+			if v := w.b.Get(prefixed(prefixSigKey, []byte(key))); len(v) == 8 {
 				seq, duplicate = binary.BigEndian.Uint64(v), true
 				return nil
 			}
 		}
-		r, err := readRecord(b)
+		r, err := w.record()
 		if err != nil {
 			return err
 		}
@@ -733,6 +876,7 @@ func (j *Journal) AddSignal(id string, payload []byte, key string, accepted func
 			return fmt.Errorf("workflow %q has ended (%s); signals go to running workflows: %w",
 				id, orchestrator.StatusName(r.Status), errs.FailedPrecondition)
 		}
+		w.dirty = true
 		r.SignalSeq++
 		seq = r.SignalSeq
 		r.Pending++
@@ -740,20 +884,16 @@ func (j *Journal) AddSignal(id string, payload []byte, key string, accepted func
 			r.Status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING
 			resumed = true
 		}
-		r.Updated = time.Now()
-		sig := &signalRecord{Seq: seq, Payload: payload, Key: key, Accepted: r.Updated}
-		if err := putJSON(b, append([]byte{prefixSignal}, u64(seq)...), sig); err != nil {
+		sig := &signalRecord{Seq: seq, Payload: payload, Key: key, Accepted: time.Now()}
+		if err := put(w.b, signalKey(seq), sig); err != nil {
 			return err
 		}
 		if key != "" {
-			if err := b.Put(append([]byte{prefixSigKey}, key...), u64(seq)); err != nil {
+			if err := w.b.Put(prefixed(prefixSigKey, []byte(key)), u64(seq)); err != nil {
 				return err
 			}
 		}
-		if err := appendEvents(b, accepted(seq)); err != nil {
-			return err
-		}
-		return writeRecord(tx, b, r)
+		return w.logEvent(accepted(seq))
 	})
 	return seq, duplicate, resumed, err
 }
@@ -867,41 +1007,32 @@ func (j *Journal) openToken(token string, status orchestratorv1.WorkflowStatus) 
 	return p[2:], nil
 }
 
-// errAlreadyEnded: the workflow reached a terminal status meanwhile (a
-// CancelWorkflow).
-var errAlreadyEnded = errors.New("the workflow has already ended")
-
-// EndUnlessMore sets the workflow's status to status (COMPLETED or
-// SUSPENDED) unless step next is journaled or signals are pending, in
-// which case it changes nothing and returns more=true. Signal takes the
-// same lock, so a signal accepted before this commits is never stranded.
-func (j *Journal) EndUnlessMore(id string, next uint64, status orchestratorv1.WorkflowStatus, ending writeFn, also ...writeFn) (more bool, err error) {
-	err = j.update(func(tx *bolt.Tx) error {
-		more = false
-		b := wfBucket(tx, id)
-		if b == nil {
-			return notFound(id)
-		}
-		if err := each(b, also); err != nil {
-			return err
-		}
-		r, err := readRecord(b)
+// endUnlessMore sets the workflow's status to status (COMPLETED or
+// SUSPENDED), after ending (which writes its last event), unless step
+// next is journaled or signals are pending: then it changes nothing and
+// sets *more. Signal writes in the same commit order, so a signal
+// accepted before this commits is never stranded. A workflow that has
+// ended meanwhile (a CancelWorkflow) sets *ended and is left as it is.
+func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op, more, ended *bool) op {
+	return func(w *wtx) error {
+		*more, *ended = false, false
+		r, err := w.record()
 		if err != nil {
 			return err
 		}
 		if r.terminal() {
-			return errAlreadyEnded
-		}
-		if b.Get(stepKey(next)) != nil || r.Pending > 0 {
-			more = true
+			*ended = true
 			return nil
 		}
-		if err := ending(b); err != nil {
+		if w.b.Get(stepKey(next)) != nil || r.Pending > 0 {
+			*more = true
+			return nil
+		}
+		if err := ending(w); err != nil {
 			return err
 		}
 		r.Status = status
-		r.Updated = time.Now()
-		return writeRecord(tx, b, r)
-	})
-	return more, err
+		w.dirty = true
+		return nil
+	}
 }

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func BenchmarkJournalStep(b *testing.B) {
 			step := func(w int) error {
 				next[w]++
 				n := next[w]
-				st, _, err := j.BeginStep(ids[w], n, func(*bolt.Bucket, *record, []*signalRecord) (*stepRecord, error) {
+				st, _, err := j.BeginStep(ids[w], n, func(*wtx, []*signalRecord) (*stepRecord, error) {
 					return &stepRecord{Agent: "echo", Input: in, Started: time.Now()}, nil
 				})
 				if err != nil {
@@ -90,8 +91,66 @@ func BenchmarkJournalStep(b *testing.B) {
 	}
 }
 
+// BenchmarkJournalDispatch is the journal engine's cost per dispatch
+// alone: Start and Wait of a one-step workflow, as Server.Dispatch makes
+// them, on an operator that answers at once in process (no gRPC). At
+// c=64, 64 dispatches run at once and share commits.
+//
+// Metrics: us/dispatch is wall time per dispatch; cpu-us/op the
+// process's CPU time per dispatch; commits/dispatch the
+// bbolt write transactions per dispatch (2 without grouping: the
+// workflow's creation with its step's intent, then the step's result
+// with the workflow's end), each fsynced twice by bbolt; fsync-us as in
+// BenchmarkJournalStep. Part of scripts/bench-orchestrator.sh.
+func BenchmarkJournalDispatch(b *testing.B) {
+	fsync := fsyncFloor(b)
+	in := &operatorv1.OperatorInput{Message: content.Text("ping")}
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			j, err := Open(filepath.Join(b.TempDir(), "journal.db"), time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer j.Close()
+			e := newEngine(b, j, echoCaller{})
+			defer e.Close()
+			ctx := context.Background()
+			dispatch := func() error {
+				id, _, err := e.Start(ctx, &orchestrator.StartRequest{WorkflowID: orchestrator.NewWorkflowID(), AgentID: "echo", Input: in})
+				if err != nil {
+					return err
+				}
+				wf, err := e.Wait(ctx, id)
+				if err != nil {
+					return err
+				}
+				if wf.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED {
+					return fmt.Errorf("workflow %s ended %s", id, wf.Status)
+				}
+				return nil
+			}
+			tx0 := lastTx(b, j)
+			r := benchkit.Concurrent(b, conc, func(int, int) error { return dispatch() })
+			commits := lastTx(b, j) - tx0
+			b.ReportMetric(benchkit.Micros(r.Elapsed)/float64(b.N), "us/dispatch")
+			r.Report(b, "dispatches/s")
+			b.ReportMetric(float64(commits)/float64(b.N), "commits/dispatch")
+			b.ReportMetric(benchkit.Micros(r.CPU)/float64(b.N), "cpu-us/op")
+			b.ReportMetric(benchkit.Micros(fsync), "fsync-us")
+		})
+	}
+}
+
+// echoCaller answers every operator call at once: the input's message
+// back, EXIT_KIND_COMPLETE, no cost, no effects.
+type echoCaller struct{}
+
+func (echoCaller) Call(_ context.Context, _ *orchestrator.Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+	return &operatorv1.OperatorOutput{Message: in.GetMessage(), ExitReason: &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_COMPLETE}}, nil
+}
+
 // lastTx is the id of the journal's last committed write transaction.
-func lastTx(b *testing.B, j *Journal) int {
+func lastTx(b testing.TB, j *Journal) int {
 	var id int
 	if err := j.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil }); err != nil {
 		b.Fatal(err)

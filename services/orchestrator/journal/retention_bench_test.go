@@ -218,7 +218,7 @@ func BenchmarkJournalStepWhilePruning(b *testing.B) {
 			r := benchkit.Concurrent(b, conc, func(w, _ int) error {
 				next[w]++
 				n := next[w]
-				st, _, err := j.BeginStep(ids[w], n, func(*bolt.Bucket, *record, []*signalRecord) (*stepRecord, error) {
+				st, _, err := j.BeginStep(ids[w], n, func(*wtx, []*signalRecord) (*stepRecord, error) {
 					return &stepRecord{Agent: "echo", Input: []byte("in"), Started: time.Now()}, nil
 				})
 				if err != nil {
