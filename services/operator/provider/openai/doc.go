@@ -58,6 +58,8 @@
 //     as the arguments string ("{}" when the input is empty).
 //   - Tools are function tools; ToolSpec.InputSchema is sent as the
 //     parameters (an empty schema means an object with no properties).
+//     A tool set's JSON is built once and kept (tools.go), for up to 64
+//     sets, each found by comparing the definitions in full.
 //   - Request.MaxTokens (else Config.MaxTokens; none when both are 0) is
 //     sent as max_completion_tokens to OpenAI, which deprecated
 //     max_tokens and rejects it for reasoning models, and as max_tokens to

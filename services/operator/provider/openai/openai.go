@@ -67,6 +67,7 @@ type Provider struct {
 	// authHint starts the message of a 401 or 403: which key was
 	// refused, never the key.
 	authHint     string
+	tools        *toolCache
 	defaultModel string
 	maxTokens    int
 }
@@ -131,6 +132,7 @@ func newProvider(name string, compatible bool, cfg Config, authHint string) (*Pr
 		client:       oa.Client{Options: opts},
 		key:          cfg.APIKey,
 		authHint:     authHint,
+		tools:        newToolCache(),
 		defaultModel: cfg.DefaultModel,
 		maxTokens:    cfg.MaxTokens,
 	}, nil
@@ -182,14 +184,24 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	return p.fromCompletion(model, &res)
 }
 
-// encode is the request body. It fails only on a value encoding/json
-// cannot write, which params never builds.
+// encode is the request body: params, then its tools as toolsJSON
+// encoded them. It fails only on a value encoding/json cannot write,
+// which params never builds.
 func (p *Provider) encode(model string, params *chatRequest) ([]byte, error) {
 	b, err := json.Marshal(params)
 	if err != nil {
 		return nil, p.errorf(model, errs.InvalidArgument, "encoding the request: %v", err)
 	}
-	return b, nil
+	if len(params.tools) == 0 {
+		return b, nil
+	}
+	// b is an object with at least "model" and "messages": the tools
+	// go before its closing brace.
+	out := make([]byte, 0, len(b)+len(`,"tools":`)+len(params.tools))
+	out = append(out, b[:len(b)-1]...)
+	out = append(out, `,"tools":`...)
+	out = append(out, params.tools...)
+	return append(out, '}'), nil
 }
 
 // WireRequest returns the JSON body Complete would POST to

@@ -23,11 +23,13 @@ const ErrorPrefix = "ERROR: "
 type chatRequest struct {
 	Model               string         `json:"model"`
 	Messages            []chatMessage  `json:"messages"`
-	Tools               []chatTool     `json:"tools,omitempty"`
 	MaxTokens           int            `json:"max_tokens,omitempty"`
 	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
 	Stream              bool           `json:"stream,omitempty"`
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	// tools is the "tools" array, already encoded (toolsJSON); encode
+	// adds it to the body.
+	tools []byte
 }
 
 type streamOptions struct {
@@ -106,16 +108,11 @@ func (p *Provider) params(req *provider.Request, model string) (*chatRequest, er
 	if len(params.Messages) == 0 {
 		return nil, p.errorf(model, errs.InvalidArgument, "the request has no messages")
 	}
-	if len(req.Tools) > 0 {
-		params.Tools = make([]chatTool, 0, len(req.Tools))
+	tools, err := p.toolsJSON(model, req.Tools)
+	if err != nil {
+		return nil, err
 	}
-	for _, t := range req.Tools {
-		tool, err := p.tool(model, t)
-		if err != nil {
-			return nil, err
-		}
-		params.Tools = append(params.Tools, tool)
-	}
+	params.tools = tools
 	maxTokens := req.MaxTokens
 	if maxTokens == 0 {
 		maxTokens = p.maxTokens
