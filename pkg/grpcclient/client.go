@@ -113,6 +113,7 @@ func Dial(cfg Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		size = msgsize.Max
 	}
 	opts := []grpc.DialOption{
+		grpc.WithSharedWriteBuffer(true), // as grpcserver's
 		grpc.WithStaticStreamWindowSize(streamWindowBytes),
 		grpc.WithStaticConnWindowSize(connWindowBytes),
 		// The servers' limits, not grpc-go's 4 MiB receive default.

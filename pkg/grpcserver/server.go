@@ -108,6 +108,10 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 		// with a small stack that every call grows again (a copy per
 		// doubling), which was a tenth of a small call's CPU.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// A connection's write buffer goes back to a pool after each
+		// flush instead of staying with the connection: idle clients
+		// hold no buffer.
+		grpc.SharedWriteBuffer(true),
 		grpc.StaticStreamWindowSize(StreamWindowBytes),
 		grpc.StaticConnWindowSize(ConnWindowBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
