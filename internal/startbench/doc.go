@@ -5,8 +5,11 @@
 // (testdata/bare), the floor of any gRPC service in Go.
 //
 // Each binary is built once (CGO_ENABLED=0 -trimpath, as make build does;
-// internal/testenv.BuildStatic) before anything is timed, started once to
-// warm the page cache and create its data directory, then started and
+// internal/testenv.BuildStatic) before anything is timed and dropped from
+// the page cache, so that it is read back from disk as a deployed binary
+// is (pages a build has just written can be cached in larger blocks, which
+// inflated the resident size of the biggest binaries); then it is started
+// once to warm the cache and create its data directory, then started and
 // stopped (SIGTERM) once per iteration with the smallest dev-mode
 // configuration it accepts. Iterations run one after another, never
 // concurrently. The medians over the iterations are reported:
