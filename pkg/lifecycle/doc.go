@@ -36,7 +36,10 @@
 //
 // Delivered events are shared by every subscriber and the ring: treat them
 // as read-only. Publish stores a clone, so the publisher may reuse its
-// message.
+// message; PublishOwned stores the message itself, for a publisher that
+// is done with it (the orchestrator's journal engine, which publishes
+// every event of every workflow). Marshal encodes an event as
+// proto.Marshal does, faster for observable data (marshal.go).
 //
 // Server adapts the bus to gRPC: Subscribe streams SubscribeResponse
 // messages until the client leaves (CANCELED), the bus closes or the
