@@ -39,6 +39,8 @@ type Engine struct {
 	base context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+	// work hands a workflow's run to an idle runner (runOn).
+	work chan func()
 
 	mu   sync.Mutex
 	runs map[string]*run
@@ -84,7 +86,7 @@ func New(j *Journal, deps orchestrator.Deps, opts orchestrator.Options) *Engine 
 	opts = opts.WithDefaults()
 	base, stop := context.WithCancel(context.Background())
 	return &Engine{j: j, deps: deps, opts: opts, log: opts.Log, sleep: orchestrator.Sleep,
-		base: base, stop: stop, runs: map[string]*run{}, waits: map[string]*orchestrator.Wait{}}
+		base: base, stop: stop, runs: map[string]*run{}, waits: map[string]*orchestrator.Wait{}, work: make(chan func())}
 }
 
 // give hands a lifecycle event over to the bus (which keeps it, so the
@@ -276,7 +278,7 @@ func (e *Engine) start(rec *record, c *creation) {
 	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{}), creation: c}
 	e.runs[rec.ID] = r
 	e.wg.Add(1)
-	go func() {
+	e.runOn(func() {
 		defer e.wg.Done()
 		defer close(r.done)
 		defer cancel(nil)
@@ -311,7 +313,39 @@ func (e *Engine) start(rec *record, c *creation) {
 			e.mu.Unlock()
 			return
 		}
-	}()
+	})
+}
+
+// runOn runs fn on an idle runner, or a new one. A runner is a goroutine
+// that runs workflows one after another, and waits up to runnerIdle for
+// the next: a run goes deep (the workflow, gRPC, protobuf), and the
+// stack of a new goroutine would grow again for every workflow. Idle
+// runners exit when the engine closes.
+func (e *Engine) runOn(fn func()) {
+	select {
+	case e.work <- fn:
+	default:
+		go e.runner(fn)
+	}
+}
+
+// runnerIdle is how long a runner waits for the next workflow.
+const runnerIdle = 10 * time.Second
+
+func (e *Engine) runner(fn func()) {
+	idle := time.NewTimer(runnerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(runnerIdle)
+		select {
+		case fn = <-e.work:
+		case <-idle.C:
+			return
+		case <-e.base.Done():
+			return
+		}
+	}
 }
 
 // stalled records that r's run paused because the journal could not be

@@ -14,6 +14,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/services/orchestrator"
 )
@@ -195,7 +196,7 @@ func (h *host) encode(ev *lifecyclev1.LifecycleEvent) ([]byte, error) {
 	if ev.Time == nil {
 		ev.Time = timestamppb.Now()
 	}
-	raw, err := proto.Marshal(ev)
+	raw, err := lifecycle.Marshal(ev)
 	if err != nil && h.broken == nil {
 		h.broken = fmt.Errorf("encode event %s: %w", ev.GetObservable().GetEventType(), err)
 	}
@@ -507,7 +508,7 @@ func (h *host) Record(c *orchestrator.EffectCall, o orchestrator.Outcome) error 
 func (h *host) record(c *orchestrator.EffectCall, o orchestrator.Outcome) error {
 	rec := &effectRecord{Applied: o.Applied, Detail: o.Detail, Step: c.Step, Time: time.Now()}
 	for _, ev := range o.Events {
-		raw, err := proto.Marshal(ev)
+		raw, err := lifecycle.Marshal(ev)
 		if err != nil {
 			return err
 		}

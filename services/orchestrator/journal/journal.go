@@ -23,6 +23,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	"github.com/secbear/neuron/pkg/boltcheck"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/services/orchestrator"
 )
 
@@ -460,7 +461,7 @@ func (w *wtx) logEvent(ev *lifecyclev1.LifecycleEvent) error {
 		w.logEnd, w.logRead = getU64(w.b, keyLogEnd), true
 	}
 	ev.WorkflowSequence = w.logEnd + 1
-	raw, err := proto.Marshal(ev)
+	raw, err := lifecycle.Marshal(ev)
 	if err != nil {
 		return err
 	}
