@@ -83,8 +83,9 @@ const indexBatchDocs = 1000
 // indexGather is how long the background indexer lets writes gather
 // after a wake before it indexes them in one batch: long enough that a
 // serial writer's writes share batches (each batch is a bleve segment,
-// with a fixed cost to build, persist and merge: at 1,000 serial writes
-// a second, 25 ms cost an indexed write about twice the CPU of 100 ms),
+// with a fixed cost to build, persist and merge: in process at 1,000
+// writes a second, 25 ms cost an indexed write about twice the CPU of
+// 100 ms; at 250 a second, 300 ms and 1 s saved only another 10-25%),
 // short enough that a Search rarely has much left to index itself (it
 // does not wait for the indexer).
 const indexGather = 100 * time.Millisecond
@@ -94,13 +95,13 @@ const indexGather = 100 * time.Millisecond
 // fresh map per call: bleve writes into the map it is given (the store
 // path), so a shared map would point every index at the first one's files.
 //
-// scorch's merge and persister options stay at their defaults: with the
-// indexer's batches, merging fell from about a third of an indexed
-// write's CPU to under a tenth, and neither a looser merge plan
-// (MaxSegmentsPerTier 30, FloorSegmentSize 20000, ReclaimDeletesWeight 0)
-// nor a tighter one measurably changed the rest. A persister nap
-// (PersisterNapTimeMSec) saves more CPU, but delays persistence by the
-// nap, and so every Close, which waits for it.
+// scorch's merge and persister options stay at their defaults. Measured
+// on serial indexed writes (README, "Performance (issue 19)"): neither
+// MaxSegmentsPerTier 30, FloorSegmentSize 200, nor ReclaimDeletesWeight
+// 0 changed their CPU measurably, and FloorSegmentSize 20000 made it 5x
+// worse; a persister nap (PersisterNapTimeMSec 1000) saved about a tenth,
+// but delays persistence by the nap, and so every Close, which waits
+// for it.
 func runtimeConfig() map[string]any { return map[string]any{"unsafe_batch": true} }
 
 // indexMapping indexes the text of values with English analysis (BM25
