@@ -8,6 +8,7 @@ import (
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
@@ -46,7 +47,7 @@ func Run(h Host, s *Spec) Exit {
 	if w.corr == "" {
 		w.corr = s.ID
 	}
-	w.event(s.RootAgent, "orchestrator.workflow.started", map[string]any{"agent_id": s.RootAgent, "detached": s.Detached})
+	w.event(s.RootAgent, "orchestrator.workflow.started", object(str("agent_id", s.RootAgent), flag("detached", s.Detached)))
 	info, err := w.lookup(s.RootAgent)
 	if err != nil {
 		return w.fail(err)
@@ -100,11 +101,11 @@ func (e *agentError) Error() string { return fmt.Sprintf("agent %q: %v", e.agent
 func (e *agentError) Unwrap() error { return e.err }
 
 // event publishes an orchestrator ObservableEvent.
-func (w *workflow) event(agent, typ string, data map[string]any) {
+func (w *workflow) event(agent, typ string, data *structpb.Value) {
 	w.h.Publish(w.observable(agent, typ, data))
 }
 
-func (w *workflow) observable(agent, typ string, data map[string]any) *lifecyclev1.LifecycleEvent {
+func (w *workflow) observable(agent, typ string, data *structpb.Value) *lifecyclev1.LifecycleEvent {
 	return lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, typ, w.s.ID, agent, data)
 }
 
@@ -138,9 +139,9 @@ func (w *workflow) fail(err error) Exit {
 			status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED
 		}
 	}
-	ending := w.observable(w.current, "orchestrator.workflow.failed", map[string]any{"code": f.Code, "message": f.Message, "reason": f.Reason})
+	ending := w.observable(w.current, "orchestrator.workflow.failed", object(num("code", f.Code), str("message", f.Message), str("reason", f.Reason)))
 	if status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED {
-		ending = w.observable(w.current, "orchestrator.workflow.canceled", map[string]any{"reason": f.Message})
+		ending = w.observable(w.current, "orchestrator.workflow.canceled", object(str("reason", f.Message)))
 	}
 	w.h.End(status, f, ending)
 	return Exit{Status: status, Failure: f}
@@ -186,7 +187,7 @@ func (w *workflow) agent(f frame, plan Plan, root bool) (*StepResult, error) {
 		if suspended {
 			kind = "orchestrator.workflow.suspended"
 		}
-		more, err := w.h.Await(suspended, w.observable(w.current, kind, map[string]any{"steps": w.steps, "spent": w.spent.String(), "exit": out.Exit}))
+		more, err := w.h.Await(suspended, w.observable(w.current, kind, object(num("steps", w.steps), str("spent", w.spent.String()), str("exit", out.Exit))))
 		if err != nil {
 			return nil, err
 		}
@@ -229,9 +230,8 @@ func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt er
 	var opErr *OperatorError
 	switch {
 	case errors.As(err, &opErr):
-		w.event(f.agent, "orchestrator.dispatch.failed", map[string]any{
-			"dispatch_id": id, "code": opErr.Failure.Code, "message": opErr.Failure.Message, "reason": opErr.Failure.Reason,
-		})
+		w.event(f.agent, "orchestrator.dispatch.failed", object(str("dispatch_id", id), num("code", opErr.Failure.Code),
+			str("message", opErr.Failure.Message), str("reason", opErr.Failure.Reason)))
 		return nil, id, nil, &agentError{agent: f.agent, err: opErr}
 	case err != nil:
 		return nil, id, nil, err
@@ -241,25 +241,46 @@ func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt er
 	w.last = n
 	w.current = f.agent
 	w.spent = w.spent.Add(out.Cost)
-	w.event(f.agent, "orchestrator.dispatch.completed", map[string]any{
-		"dispatch_id": id, "exit": out.Exit, "cost": out.Cost.String(),
-		"duration_ms": out.Duration.Milliseconds(), "effects": len(out.Effects), "signals": numbers(out.Signals),
-	})
+	w.event(f.agent, "orchestrator.dispatch.completed", object(str("dispatch_id", id), str("exit", out.Exit), str("cost", out.Cost.String()),
+		num("duration_ms", out.Duration.Milliseconds()), num("effects", len(out.Effects)), numbers("signals", out.Signals)))
 	halt, err = w.budget(f, out.Cost)
 	return out, id, halt, err
 }
 
-// numbers is seqs as an event's data holds them (a JSON array; null for
-// none), in a form the event's conversion takes directly.
-func numbers(seqs []uint64) any {
+// field is one field of an event's data: the JSON value it is stored
+// as, built directly (an event's data is a google.protobuf.Struct).
+type field struct {
+	key string
+	val *structpb.Value
+}
+
+func str(key, v string) field { return field{key, structpb.NewStringValue(v)} }
+
+func flag(key string, v bool) field { return field{key, structpb.NewBoolValue(v)} }
+
+func num[T int | int32 | int64 | uint32 | uint64](key string, v T) field {
+	return field{key, structpb.NewNumberValue(float64(v))}
+}
+
+// numbers is seqs as a JSON array; null for none.
+func numbers(key string, seqs []uint64) field {
 	if seqs == nil {
-		return nil
+		return field{key, structpb.NewNullValue()}
 	}
-	out := make([]any, len(seqs))
+	vals := make([]*structpb.Value, len(seqs))
 	for i, s := range seqs {
-		out[i] = s
+		vals[i] = structpb.NewNumberValue(float64(s))
 	}
-	return out
+	return field{key, structpb.NewListValue(&structpb.ListValue{Values: vals})}
+}
+
+// object is an event's data of these fields.
+func object(fs ...field) *structpb.Value {
+	m := make(map[string]*structpb.Value, len(fs))
+	for _, f := range fs {
+		m[f.key] = f.val
+	}
+	return structpb.NewStructValue(&structpb.Struct{Fields: m})
 }
 
 // budget reports the call's cost, warns as the budget nears its end, and
@@ -379,7 +400,7 @@ func (w *workflow) effectEvent(c *EffectCall, o Outcome) {
 	if !o.Applied {
 		t = "orchestrator.effect.not_applied"
 	}
-	w.event(c.Agent, t, map[string]any{"dispatch_id": c.Dispatch, "effect": c.Ref.Kind, "idempotency_key": c.Ref.Key, "detail": o.Detail})
+	w.event(c.Agent, t, object(str("dispatch_id", c.Dispatch), str("effect", c.Ref.Kind), str("idempotency_key", c.Ref.Key), str("detail", o.Detail)))
 }
 
 // guardError is a delegation guard (depth, cycle) tripping: it fails the

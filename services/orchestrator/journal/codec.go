@@ -88,6 +88,9 @@ func (e *enc) msg(n protowire.Number, m []byte) {
 // strMap writes each entry as a message {1: key, 2: value}, as protobuf
 // writes a map<string, string>, in key order.
 func (e *enc) strMap(n protowire.Number, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		var kv enc
 		kv.str(1, k)
