@@ -92,6 +92,11 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 		}
 		r.messages = hist
 	}
+	// Room for the task and a few tool turns (an assistant message and
+	// its results each) before the slices grow.
+	const turns = 1 + 2*3
+	r.messages = append(make([]provider.Message, 0, len(r.messages)+turns+1), r.messages...)
+	r.newTurns = make([]provider.Message, 0, turns+1)
 	user := provider.Message{Role: provider.User, Parts: toParts(r.in.GetMessage(), r.log)}
 	r.messages = append(r.messages, user)
 	r.newTurns = append(r.newTurns, user)

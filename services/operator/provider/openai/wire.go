@@ -80,7 +80,9 @@ type functionDef struct {
 // emptySchema is the parameters of a tool with no input schema.
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-func textPart(s string) contentPart { return contentPart{Type: "text", Text: &s} }
+// textPart is a text part pointing at s, which stays in the request
+// (no copy per call).
+func textPart(s *string) contentPart { return contentPart{Type: "text", Text: s} }
 
 // params maps a request to the Chat Completions wire format.
 func (p *Provider) params(req *provider.Request, model string) (*chatRequest, error) {
@@ -138,7 +140,8 @@ func (p *Provider) params(req *provider.Request, model string) (*chatRequest, er
 func (p *Provider) userMessages(out []chatMessage, model string, i int, parts []provider.Part) ([]chatMessage, error) {
 	n := len(out)
 	var content []contentPart
-	for j, part := range parts {
+	for j := range parts {
+		part := &parts[j]
 		switch {
 		case part.ToolUse != nil:
 			return nil, p.errorf(model, errs.InvalidArgument, "message %d part %d: a user message cannot hold a tool call", i, j)
@@ -160,7 +163,7 @@ func (p *Provider) userMessages(out []chatMessage, model string, i int, parts []
 			}
 			content = append(content, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
 		default:
-			content = append(content, textPart(part.Text))
+			content = append(content, textPart(&part.Text))
 		}
 	}
 	switch {
@@ -182,7 +185,8 @@ func (p *Provider) userMessages(out []chatMessage, model string, i int, parts []
 func (p *Provider) assistantMessage(out []chatMessage, model string, i int, parts []provider.Part) ([]chatMessage, error) {
 	var texts []contentPart
 	var calls []chatToolCall
-	for j, part := range parts {
+	for j := range parts {
+		part := &parts[j]
 		switch {
 		case part.ToolResult != nil:
 			return nil, p.errorf(model, errs.InvalidArgument, "message %d part %d: an assistant message cannot hold a tool result", i, j)
@@ -199,7 +203,7 @@ func (p *Provider) assistantMessage(out []chatMessage, model string, i int, part
 			}
 			calls = append(calls, chatToolCall{ID: u.ID, Type: "function", Function: functionCall{Name: u.Name, Arguments: args}})
 		default:
-			texts = append(texts, textPart(part.Text))
+			texts = append(texts, textPart(&part.Text))
 		}
 	}
 	msg := chatMessage{Role: "assistant", ToolCalls: calls}
