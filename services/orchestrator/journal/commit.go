@@ -13,16 +13,28 @@ import (
 // commit is in flight are run together in the next transaction, so
 // concurrent workflows share one fsync without any waiting when the
 // journal is idle (bbolt's own Batch waits up to MaxBatchDelay first).
+//
+// There is no committing goroutine: a write that finds no commit in
+// flight commits itself, in its caller's goroutine (one write alone, as
+// on an idle journal, costs no hand-over between goroutines); one that
+// arrives meanwhile queues, and when the commit in flight ends the first
+// write queued is woken to commit everything queued by then.
 type committer struct {
 	db     *bolt.DB
-	mu     sync.RWMutex
+	mu     sync.Mutex
 	closed bool
-	reqs   chan commitReq
-	done   chan struct{}
+	// leading: a write is committing; queue: the writes waiting for the
+	// next commit; done is signalled when leading ends with nothing
+	// queued.
+	leading bool
+	queue   []commitReq
+	done    *sync.Cond
 }
 
 type commitReq struct {
-	fn  func(*bolt.Tx) error
+	fn func(*bolt.Tx) error
+	// err receives the write's outcome, or errLead: its turn to commit
+	// what is queued.
 	err chan error
 }
 
@@ -32,11 +44,12 @@ const maxCommitBatch = 256
 var (
 	errJournalClosed = errors.New("the journal is closed")
 	errFnFailed      = errors.New("a batched write failed")
+	errLead          = errors.New("commit what is queued")
 )
 
 func newCommitter(db *bolt.DB) *committer {
-	c := &committer{db: db, reqs: make(chan commitReq, maxCommitBatch), done: make(chan struct{})}
-	go c.loop()
+	c := &committer{db: db}
+	c.done = sync.NewCond(&c.mu)
 	return c
 }
 
@@ -44,45 +57,57 @@ func newCommitter(db *bolt.DB) *committer {
 // error from fn rolls back fn's writes (and only fn's: the others are
 // committed without it).
 func (c *committer) do(fn func(*bolt.Tx) error) error {
-	c.mu.RLock()
+	r := commitReq{fn: fn, err: make(chan error, 1)}
+	c.mu.Lock()
 	if c.closed {
-		c.mu.RUnlock()
+		c.mu.Unlock()
 		return errJournalClosed
 	}
-	r := commitReq{fn: fn, err: make(chan error, 1)}
-	c.reqs <- r
-	c.mu.RUnlock()
+	c.queue = append(c.queue, r)
+	if c.leading {
+		c.mu.Unlock()
+		if err := <-r.err; err != errLead {
+			return err
+		}
+	} else {
+		c.leading = true
+		c.mu.Unlock()
+	}
+	c.lead()
 	return <-r.err
 }
 
-func (c *committer) close() {
+// lead commits the writes queued (its own among them), then wakes the
+// first write queued meanwhile to commit the next batch, or ends the
+// lead.
+func (c *committer) lead() {
 	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(c.reqs)
-	}
+	n := min(len(c.queue), maxCommitBatch)
+	batch := make([]commitReq, n)
+	copy(batch, c.queue)
+	c.queue = append(c.queue[:0], c.queue[n:]...)
 	c.mu.Unlock()
-	<-c.done
+	c.run(batch)
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.leading = false
+		c.done.Broadcast()
+		c.mu.Unlock()
+		return
+	}
+	next := c.queue[0]
+	c.mu.Unlock()
+	next.err <- errLead
 }
 
-func (c *committer) loop() {
-	defer close(c.done)
-	for first := range c.reqs {
-		batch := []commitReq{first}
-	drain:
-		for len(batch) < maxCommitBatch {
-			select {
-			case r, ok := <-c.reqs:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		c.run(batch)
+// close refuses new writes and waits for those queued and in flight.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	for c.leading {
+		c.done.Wait()
 	}
+	c.mu.Unlock()
 }
 
 // run commits batch. When one write fails, the transaction is rolled back,
