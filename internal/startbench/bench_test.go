@@ -104,6 +104,7 @@ func BenchmarkStartup(b *testing.B) {
 			}
 			b.ReportMetric(0, "ns/op") // the wall time of a loop is mostly the idle wait
 			b.ReportMetric(median(samples, func(s sample) float64 { return s.serving.Seconds() * 1e3 }), "exec-to-serving-ms")
+			b.ReportMetric(median(samples, func(s sample) float64 { return s.cpu.Seconds() * 1e3 }), "cpu-to-serving-ms")
 			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.rss }), "idle-rss-MiB")
 			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.anon }), "rss-anon-MiB")
 			b.ReportMetric(median(samples, func(s sample) float64 { return s.mem.file }), "rss-file-MiB")
@@ -137,6 +138,7 @@ func evict(path string) error {
 // sample is one start of one binary.
 type sample struct {
 	serving time.Duration
+	cpu     time.Duration // on a CPU until SERVING, all threads
 	mem     memory
 }
 
@@ -162,6 +164,10 @@ func startOnce(b *testing.B, tg target, bins map[string]string, dir string) samp
 	p := proc.Start(b, bins[tg.name], proc.Options{Name: tg.name, LogPath: logPath, EnvPrefix: tg.envPrefix}, args...)
 	p.WaitServing(context.Background(), b, health, "", poll)
 	serving := time.Since(t0)
+	cpu, err := cpuTime(p.Pid())
+	if err != nil {
+		b.Fatalf("%s: %v", tg.name, err)
+	}
 
 	time.Sleep(idle)
 	mem, err := readMemory(p.Pid())
@@ -169,7 +175,34 @@ func startOnce(b *testing.B, tg target, bins map[string]string, dir string) samp
 		b.Fatalf("%s: %v", tg.name, err)
 	}
 	p.Terminate(b)
-	return sample{serving: serving, mem: mem}
+	return sample{serving: serving, cpu: cpu, mem: mem}
+}
+
+// cpuTime is the time pid's threads have spent on a CPU, from the first
+// field of /proc/<pid>/task/<tid>/schedstat (nanoseconds; the tick-based
+// utime and stime are too coarse for a start-up).
+func cpuTime(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "schedstat"))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("no threads under /proc/%d/task: %v", pid, err)
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return 0, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty", t)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v", t, err)
+		}
+		total += time.Duration(ns)
+	}
+	return total, nil
 }
 
 // memory is what /proc/<pid>/status says of a process, in MiB.

@@ -16,6 +16,9 @@
 //
 //	exec-to-serving-ms  exec until the first health Check answering SERVING
 //	                    (polled every millisecond)
+//	cpu-to-serving-ms   CPU time the process used until then, all threads
+//	                    (/proc/<pid>/task/*/schedstat): what a busy machine
+//	                    stretches the wall time by
 //	idle-rss-MiB        VmRSS of /proc/<pid>/status after 2 s idle
 //	rss-anon-MiB        RssAnon of the same: heap, stacks, written data
 //	rss-file-MiB        RssFile of the same: the binary's own pages mapped in
