@@ -3,6 +3,7 @@ package logging
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -26,25 +27,30 @@ func SecretKey(key string) bool {
 
 // secretValue matches credential shapes inside free text, in any case
 // (the first (?i) holds for every alternative). mayHoldSecret must stay
-// a superset of it: change both together.
-var secretValue = regexp.MustCompile(strings.Join([]string{
-	`(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}`,                         // HTTP bearer tokens
-	`\bsk-[A-Za-z0-9_-]{16,}`,                                       // OpenAI / Anthropic style keys
-	`\bAIza[0-9A-Za-z_-]{30,}`,                                      // Google API keys
-	`\b(AKIA|ASIA)[0-9A-Z]{16}\b`,                                   // AWS access key ids
-	`\bgh[pousr]_[A-Za-z0-9]{30,}`,                                  // GitHub tokens
-	`\bxox[abprs]-[A-Za-z0-9-]{10,}`,                                // Slack tokens
-	`-----BEGIN [A-Z ]*PRIVATE KEY-----`,                            // PEM private keys
-	`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`,  // JWTs
-	`(?i)\b(password|passwd|secret|token|api[_-]?key)\s*[=:]\s*\S+`, // key=value pairs
-}, "|"))
+// a superset of it: change both together. It is compiled on first use:
+// its counted repetitions make a large program (50 KB, a fifth of a
+// millisecond) that a process whose logs hold nothing like a secret never
+// needs.
+var secretValue = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(strings.Join([]string{
+		`(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}`,                         // HTTP bearer tokens
+		`\bsk-[A-Za-z0-9_-]{16,}`,                                       // OpenAI / Anthropic style keys
+		`\bAIza[0-9A-Za-z_-]{30,}`,                                      // Google API keys
+		`\b(AKIA|ASIA)[0-9A-Z]{16}\b`,                                   // AWS access key ids
+		`\bgh[pousr]_[A-Za-z0-9]{30,}`,                                  // GitHub tokens
+		`\bxox[abprs]-[A-Za-z0-9-]{10,}`,                                // Slack tokens
+		`-----BEGIN [A-Z ]*PRIVATE KEY-----`,                            // PEM private keys
+		`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`,  // JWTs
+		`(?i)\b(password|passwd|secret|token|api[_-]?key)\s*[=:]\s*\S+`, // key=value pairs
+	}, "|"))
+})
 
 // RedactString replaces every credential-looking part of s.
 func RedactString(s string) string {
 	if !mayHoldSecret(s) {
 		return s
 	}
-	return secretValue.ReplaceAllString(s, Redacted)
+	return secretValue().ReplaceAllString(s, Redacted)
 }
 
 // mayHoldSecret is a cheap test that secretValue cannot match s, so that
