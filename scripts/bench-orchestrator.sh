@@ -20,7 +20,8 @@
 # The fsync floor: bbolt fsyncs each commit twice (pages, then meta), so a
 # dispatch at c=1 waits for 2 x commits/dispatch fsyncs whatever the CPU
 # does; the table shows the throughput that alone allows, as a share of
-# the echo's, beside the c=1 ratio.
+# the echo's, beside the c=1 ratio (the fsync time is the lowest the
+# journal benchmarks measured: other work on the machine only slows it).
 # It only reports: a missed target is printed as MISSED, never an exit
 # status, since timings depend on the machine (and its disk's fsync).
 set -euo pipefail
@@ -40,6 +41,12 @@ function median(a, n,   i, j, t) {
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
   return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
+# lo(name, unit): the lowest of that metric over the runs, or "" when absent.
+function lo(name, unit,   i, x) {
+  x = ""
+  for (i = 1; i <= n[name]; i++) if ((name, unit, i) in v && (x == "" || v[name, unit, i] < x)) x = v[name, unit, i]
+  return x
+}
 # m(name, unit): the median of that metric over the runs, or "" when absent.
 function m(name, unit,   i, k, a) {
   k = 0
@@ -57,7 +64,11 @@ function m(name, unit,   i, k, a) {
 }
 END {
   if (n["Dispatch/c=1"] + n["Echo/c=1"] == 0) { print "bench-orchestrator: no results" > "/dev/stderr"; exit 1 }
-  fsync = m("JournalDispatch/c=1", "fsync-us"); commits1 = m("JournalDispatch/c=1", "commits/dispatch")
+  # The disk'"'"'s fsync: the lowest of the medians each journal benchmark took
+  # (other work on the machine only ever makes one slower).
+  fsync = lo("JournalDispatch/c=1", "fsync-us"); f2 = lo("JournalStep/c=1", "fsync-us")
+  if (fsync == "" || (f2 != "" && f2 < fsync)) fsync = f2
+  commits1 = m("JournalDispatch/c=1", "commits/dispatch")
   printf "\nOrchestrator benchmarks: median of %d runs each; %s CPUs, %s\n\n", runs, cpus, gov
   print "| variant | concurrency | ops/s | p50 µs | p99 µs | CPU µs / op | allocs / op | dispatch / echo throughput | target | fsync floor |"
   print "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
@@ -96,6 +107,7 @@ END {
   print "intent before the operator call, the step'"'"'s result with the workflow'"'"'s end after it. bbolt"
   print "fsyncs each commit twice (pages, then meta); at c=64 the group commit shares them between"
   print "workflows (commits / op below 1). fsync µs is one 4 KiB overwrite + fsync in the same"
-  print "directory: the floor of the disk under the journal. CPU µs / op is the whole process"
-  print "(client, servers and journal; kernel time of fsync included)."
+  print "directory (median of 21, per run): the floor of the disk under the journal; the floor"
+  print "column uses the lowest of the runs. CPU µs / op is the whole process (client, servers"
+  print "and journal; kernel time of fsync included)."
 }' "$out"
