@@ -397,6 +397,9 @@ func (c Config) withDefaults() Config {
 	}
 	for _, cc := range []*grpcclient.Config{&c.State, &c.Hooks, &c.Lifecycle, &c.Middleware.Client} {
 		cc.Dev, cc.Plaintext = c.Server.Dev, c.Server.Plaintext
+		// --otel: spans of the calls this service makes, not only of those
+		// it serves.
+		cc.Telemetry = cc.Telemetry || c.Server.Telemetry
 	}
 	return c
 }

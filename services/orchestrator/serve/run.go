@@ -249,6 +249,9 @@ func (c Config) withDefaults() (Config, error) {
 	for _, p := range []*grpcclient.Config{&c.State, &c.Operator, &c.Environment, &c.Middleware.Client} {
 		p.Dev = p.Dev || c.Server.Dev
 		p.Plaintext = p.Plaintext || c.Server.Plaintext
+		// --otel: spans of the calls this service makes, not only of those
+		// it serves.
+		p.Telemetry = p.Telemetry || c.Server.Telemetry
 	}
 	c.Temporal.TLS.Dev = c.Temporal.TLS.Dev || c.Server.Dev
 	if c.Engine.Log == nil {
