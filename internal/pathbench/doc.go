@@ -82,6 +82,16 @@
 // binary re-executed, whose inits include client-go's scheme), building
 // protovalidate's rules (CEL compilation) anew in every process, and GC.
 //
+// Measured again at the end of issue 19's first round (after the journal's
+// two commits per dispatch and binary records, the operator's direct
+// history encoding, the cheaper gRPC hop and lazy validators), COUNT=1
+// BENCHTIME=2s: via operator 2759 µs per model call at c=1 (6.2x the
+// hand loop's 448; orchestrator 1269, operator 898, state 592) and 1715
+// at c=16 (4.5x of 383); via the local environment 6.3x and 4.8x; via
+// the process backend 64x and 97x (each sandboxed operator process's
+// start). History encoding is no longer a visible share of the
+// operator's CPU. Still missed.
+//
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
 //
