@@ -422,7 +422,10 @@ func (x *AllowedTools) GetNames() []string {
 }
 
 // OperatorConfig overrides defaults for one invocation. Every field has
-// presence: an unset field means "use the implementation's default".
+// presence: an unset field means "use the implementation's default". It is
+// how one operator deployment serves many agents: the orchestrator maps a
+// stored agent definition (layer0.agent.v1) onto it for each dispatch. A
+// config can narrow what the deployment allows, never widen it.
 type OperatorConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum iterations of the ReAct loop.
@@ -441,8 +444,22 @@ type OperatorConfig struct {
 	// (full-text indexed by the State service). Unset or false: history is
 	// stored for reading back but not indexed, which is cheaper.
 	SearchableHistory *bool `protobuf:"varint,7,opt,name=searchable_history,json=searchableHistory,proto3,oneof" json:"searchable_history,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The agent's system prompt for this invocation. It replaces the
+	// operator process's default prompt (--system-prompt); system_addendum
+	// still appends to it. Unset means the process default. At most 64 KiB.
+	Instructions *string `protobuf:"bytes,8,opt,name=instructions,proto3,oneof" json:"instructions,omitempty"`
+	// The agent's own MCP servers, connected (or reused from the operator's
+	// pool) for this invocation, next to the deployment's own servers. Each
+	// must be allowed by the deployment's MCP policy (see McpServer); a
+	// forbidden one is PERMISSION_DENIED, one that cannot start is
+	// UNAVAILABLE, both naming the server, and only this invocation fails.
+	// allowed_tools, when present, restricts these tools too.
+	McpServers []*McpServer `protobuf:"bytes,9,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// Model parameters (temperature, output cap, reasoning effort,
+	// structured output); absent means the provider's defaults.
+	ModelParameters *ModelParameters `protobuf:"bytes,10,opt,name=model_parameters,json=modelParameters,proto3" json:"model_parameters,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OperatorConfig) Reset() {
@@ -524,11 +541,32 @@ func (x *OperatorConfig) GetSearchableHistory() bool {
 	return false
 }
 
+func (x *OperatorConfig) GetInstructions() string {
+	if x != nil && x.Instructions != nil {
+		return *x.Instructions
+	}
+	return ""
+}
+
+func (x *OperatorConfig) GetMcpServers() []*McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
+func (x *OperatorConfig) GetModelParameters() *ModelParameters {
+	if x != nil {
+		return x.ModelParameters
+	}
+	return nil
+}
+
 var File_layer0_operator_v1_input_proto protoreflect.FileDescriptor
 
 const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\n" +
-	"\x1elayer0/operator/v1/input.proto\x12\x12layer0.operator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1dlayer0/types/v1/content.proto\x1a\x1blayer0/types/v1/money.proto\"\xd5\x03\n" +
+	"\x1elayer0/operator/v1/input.proto\x12\x12layer0.operator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a#layer0/operator/v1/definition.proto\x1a\x1dlayer0/types/v1/content.proto\x1a\x1blayer0/types/v1/money.proto\"\xd5\x03\n" +
 	"\x0fDispatchContext\x12)\n" +
 	"\vdispatch_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\n" +
 	"dispatchId\x12)\n" +
@@ -560,7 +598,7 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"\xc6\x03\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\x9a\x06\n" +
 	"\x0eOperatorConfig\x12)\n" +
 	"\tmax_turns\x18\x01 \x01(\rB\a\xbaH\x04*\x02(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
 	"\bmax_cost\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCost\x12F\n" +
@@ -568,12 +606,19 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\tB\a\xbaH\x04r\x02\x10\x01H\x01R\x05model\x88\x01\x01\x12E\n" +
 	"\rallowed_tools\x18\x05 \x01(\v2 .layer0.operator.v1.AllowedToolsR\fallowedTools\x12,\n" +
 	"\x0fsystem_addendum\x18\x06 \x01(\tH\x02R\x0esystemAddendum\x88\x01\x01\x122\n" +
-	"\x12searchable_history\x18\a \x01(\bH\x03R\x11searchableHistory\x88\x01\x01B\f\n" +
+	"\x12searchable_history\x18\a \x01(\bH\x03R\x11searchableHistory\x88\x01\x01\x124\n" +
+	"\finstructions\x18\b \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04H\x04R\finstructions\x88\x01\x01\x12H\n" +
+	"\vmcp_servers\x18\t \x03(\v2\x1d.layer0.operator.v1.McpServerB\b\xbaH\x05\x92\x01\x02\x10\x10R\n" +
+	"mcpServers\x12N\n" +
+	"\x10model_parameters\x18\n" +
+	" \x01(\v2#.layer0.operator.v1.ModelParametersR\x0fmodelParameters:q\xbaHn\x1al\n" +
+	"\x1econfig.mcp_server_names_unique\x12 mcp_servers names must be unique\x1a(this.mcp_servers.map(s, s.name).unique()B\f\n" +
 	"\n" +
 	"_max_turnsB\b\n" +
 	"\x06_modelB\x12\n" +
 	"\x10_system_addendumB\x15\n" +
-	"\x13_searchable_history*\xc5\x01\n" +
+	"\x13_searchable_historyB\x0f\n" +
+	"\r_instructions*\xc5\x01\n" +
 	"\vTriggerType\x12\x1c\n" +
 	"\x18TRIGGER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TRIGGER_TYPE_USER\x10\x01\x12\x15\n" +
@@ -612,6 +657,8 @@ var file_layer0_operator_v1_input_proto_goTypes = []any{
 	(*structpb.Struct)(nil),     // 9: google.protobuf.Struct
 	(*v1.Money)(nil),            // 10: layer0.types.v1.Money
 	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(*McpServer)(nil),           // 12: layer0.operator.v1.McpServer
+	(*ModelParameters)(nil),     // 13: layer0.operator.v1.ModelParameters
 }
 var file_layer0_operator_v1_input_proto_depIdxs = []int32{
 	6,  // 0: layer0.operator.v1.DispatchContext.trace_context:type_name -> layer0.operator.v1.DispatchContext.TraceContextEntry
@@ -625,11 +672,13 @@ var file_layer0_operator_v1_input_proto_depIdxs = []int32{
 	10, // 8: layer0.operator.v1.OperatorConfig.max_cost:type_name -> layer0.types.v1.Money
 	11, // 9: layer0.operator.v1.OperatorConfig.max_duration:type_name -> google.protobuf.Duration
 	4,  // 10: layer0.operator.v1.OperatorConfig.allowed_tools:type_name -> layer0.operator.v1.AllowedTools
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 11: layer0.operator.v1.OperatorConfig.mcp_servers:type_name -> layer0.operator.v1.McpServer
+	13, // 12: layer0.operator.v1.OperatorConfig.model_parameters:type_name -> layer0.operator.v1.ModelParameters
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_layer0_operator_v1_input_proto_init() }
@@ -637,6 +686,7 @@ func file_layer0_operator_v1_input_proto_init() {
 	if File_layer0_operator_v1_input_proto != nil {
 		return
 	}
+	file_layer0_operator_v1_definition_proto_init()
 	file_layer0_operator_v1_input_proto_msgTypes[2].OneofWrappers = []any{}
 	file_layer0_operator_v1_input_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
