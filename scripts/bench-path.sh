@@ -17,6 +17,8 @@
 #   HandLoop                the handloop command against the same mock
 # See internal/pathbench/doc.go. COUNT runs (default 3), medians reported;
 # BENCHTIME (default 3s) per measurement; K tool calls (default 3).
+# ROUTES (default all) is a regular expression of the routes to measure,
+# e.g. ROUTES=operator for the route=operator rows and the hand loop only.
 # The binaries are built from this tree before any clock starts; with
 # NEURON_TEST_BINARIES=dir they are taken from dir instead (state,
 # operator, orchestrator, environment, mockmodel, handloop), e.g. built
@@ -31,6 +33,7 @@ cd "$(dirname "$0")/.."
 count=${COUNT:-3}
 benchtime=${BENCHTIME:-3s}
 k=${K:-3}
+routes=${ROUTES:-.*}
 out=$(mktemp)
 log=$(mktemp)
 trap 'rm -f "$out" "$log"' EXIT
@@ -39,7 +42,7 @@ if [[ -n "${PERF_DIR:-}" ]]; then
   args+=(-perf "$(realpath -m "$PERF_DIR")")
 fi
 for _ in $(seq "$count"); do
-  if ! go test -run '^$' -bench '^Benchmark(Path|HandLoop)$' -benchtime "$benchtime" -timeout 30m ./internal/pathbench -args "${args[@]}" >"$log" 2>&1; then
+  if ! go test -run '^$' -bench "^Benchmark(Path|HandLoop)\$/^(route=(${routes})|c=.*)\$" -benchtime "$benchtime" -timeout 30m ./internal/pathbench -args "${args[@]}" >"$log" 2>&1; then
     cat "$log" >&2
     exit 1
   fi
