@@ -3,9 +3,12 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/secbear/neuron/pkg/errs"
 )
 
 // Role is who said a message.
@@ -94,9 +97,38 @@ type Request struct {
 	// provider with server-side conversation state (OpenAI Responses'
 	// previous_response_id) may use it to chain calls; others ignore it.
 	SessionID string
+	// Temperature, when set, is the sampling temperature (0 to 2; each
+	// provider refuses values outside its own range with an error of kind
+	// errs.InvalidArgument naming the parameter and itself).
+	Temperature *float64
+	// ReasoningEffort is how much a reasoning model thinks: one of the
+	// Effort constants; empty means the provider's default. A provider
+	// that has no such level refuses it (errs.InvalidArgument).
+	ReasoningEffort string
+	// OutputSchema, when set, is a JSON Schema object the final answer
+	// must conform to (structured output), mapped by each provider onto
+	// its own field. It is shared by the calls of an invocation: read it,
+	// never change it.
+	OutputSchema map[string]any
 	// OnText, when set, receives text as the model produces it. A
 	// provider that cannot stream calls it once with the whole text.
 	OnText func(text string)
+}
+
+// The levels of Request.ReasoningEffort.
+const (
+	EffortMinimal = "minimal"
+	EffortLow     = "low"
+	EffortMedium  = "medium"
+	EffortHigh    = "high"
+)
+
+// ParamError is the error a provider returns for a model parameter it
+// cannot honour: kind errs.InvalidArgument, a message naming the
+// parameter and the provider, never retried.
+func ParamError(providerName, model, param, why string) error {
+	return &Error{Provider: providerName, Model: model, Kind: errs.InvalidArgument,
+		Message: fmt.Sprintf("model parameter %s: %s (provider %s)", param, why, providerName)}
 }
 
 // StopReason is why the model stopped producing output.

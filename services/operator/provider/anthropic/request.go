@@ -55,7 +55,35 @@ func (p *Provider) params(model string, req *provider.Request) (sdk.MessageNewPa
 	if id, ok := req.Metadata[MetadataUserID].(string); ok && id != "" {
 		params.Metadata = sdk.MetadataParam{UserID: param.NewOpt(id)}
 	}
+	if err := p.modelParams(model, req, &params); err != nil {
+		return sdk.MessageNewParams{}, err
+	}
 	return params, nil
+}
+
+// modelParams maps the model parameters: temperature (the Messages API
+// accepts 0 to 1), reasoning effort (output_config.effort: low, medium,
+// high; there is no minimal level) and the output schema
+// (output_config.format). What the API cannot take is refused with an
+// error naming the parameter, never dropped.
+func (p *Provider) modelParams(model string, req *provider.Request, params *sdk.MessageNewParams) error {
+	if t := req.Temperature; t != nil {
+		if *t < 0 || *t > 1 {
+			return provider.ParamError(Name, model, "temperature", fmt.Sprintf("%g is outside the range this provider accepts, 0 to 1", *t))
+		}
+		params.Temperature = param.NewOpt(*t)
+	}
+	switch req.ReasoningEffort {
+	case "":
+	case provider.EffortLow, provider.EffortMedium, provider.EffortHigh:
+		params.OutputConfig.Effort = sdk.OutputConfigEffort(req.ReasoningEffort)
+	default:
+		return provider.ParamError(Name, model, "reasoning_effort", fmt.Sprintf("%q is not supported; this provider accepts low, medium or high", req.ReasoningEffort))
+	}
+	if req.OutputSchema != nil {
+		params.OutputConfig.Format = sdk.JSONOutputFormatParam{Schema: req.OutputSchema}
+	}
+	return nil
 }
 
 // messages maps the conversation. Empty text parts and messages left with

@@ -270,6 +270,24 @@ func (p *Provider) buildConfig(req *provider.Request) (*genai.GenerateContentCon
 	if maxTokens > 0 {
 		cfg.MaxOutputTokens = int32(min(maxTokens, math.MaxInt32))
 	}
+	// Model parameters: temperature (0 to 2), the thinking level
+	// (minimal, low, medium, high) and the output schema (a JSON
+	// response conforming to responseJsonSchema).
+	if t := req.Temperature; t != nil {
+		f := float32(*t)
+		cfg.Temperature = &f
+	}
+	switch req.ReasoningEffort {
+	case "":
+	case provider.EffortMinimal, provider.EffortLow, provider.EffortMedium, provider.EffortHigh:
+		cfg.ThinkingConfig = &genai.ThinkingConfig{ThinkingLevel: genai.ThinkingLevel(strings.ToUpper(req.ReasoningEffort))}
+	default:
+		return nil, fmt.Errorf("model parameter reasoning_effort: %q is not supported; this provider accepts minimal, low, medium or high", req.ReasoningEffort)
+	}
+	if req.OutputSchema != nil {
+		cfg.ResponseMIMEType = "application/json"
+		cfg.ResponseJsonSchema = req.OutputSchema
+	}
 	if len(req.Tools) > 0 {
 		decls := make([]*genai.FunctionDeclaration, 0, len(req.Tools))
 		for _, t := range req.Tools {

@@ -21,15 +21,30 @@ const ErrorPrefix = "ERROR: "
 // of the CPU of a model call against a fast server, while the SDK still
 // does everything else (base URL, auth, headers, error bodies, SSE).
 type chatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []chatMessage  `json:"messages"`
-	MaxTokens           int            `json:"max_tokens,omitempty"`
-	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
-	Stream              bool           `json:"stream,omitempty"`
-	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           int             `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int             `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64        `json:"temperature,omitempty"`
+	ReasoningEffort     string          `json:"reasoning_effort,omitempty"`
+	ResponseFormat      *responseFormat `json:"response_format,omitempty"`
+	Stream              bool            `json:"stream,omitempty"`
+	StreamOptions       *streamOptions  `json:"stream_options,omitempty"`
 	// tools is the "tools" array, already encoded (toolsJSON); encode
 	// adds it to the body.
 	tools []byte
+}
+
+// responseFormat asks for structured output: a JSON Schema the answer
+// conforms to.
+type responseFormat struct {
+	Type       string     `json:"type"`
+	JSONSchema jsonSchema `json:"json_schema"`
+}
+
+type jsonSchema struct {
+	Name   string         `json:"name"`
+	Schema map[string]any `json:"schema"`
 }
 
 type streamOptions struct {
@@ -129,6 +144,14 @@ func (p *Provider) params(req *provider.Request, model string) (*chatRequest, er
 	default:
 		// OpenAI deprecated max_tokens; reasoning models reject it.
 		params.MaxCompletionTokens = maxTokens
+	}
+	// Model parameters: Chat Completions takes them all. A compatible
+	// server that does not know one ignores or refuses it; its refusal
+	// comes back as the server's own error.
+	params.Temperature = req.Temperature
+	params.ReasoningEffort = req.ReasoningEffort
+	if req.OutputSchema != nil {
+		params.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: jsonSchema{Name: "output", Schema: req.OutputSchema}}
 	}
 	return params, nil
 }

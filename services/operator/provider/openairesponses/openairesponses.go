@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -144,6 +145,17 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	if n := firstNonZero(req.MaxTokens, p.maxTokens); n > 0 {
 		params.MaxOutputTokens = openai.Int(int64(n))
+	}
+	if t := req.Temperature; t != nil {
+		params.Temperature = openai.Float(*t)
+	}
+	if req.ReasoningEffort != "" {
+		params.Reasoning = shared.ReasoningParam{Effort: shared.ReasoningEffort(req.ReasoningEffort)}
+	}
+	if req.OutputSchema != nil {
+		params.Text = responses.ResponseTextConfigParam{
+			Format: responses.ResponseFormatTextConfigParamOfJSONSchema("output", req.OutputSchema),
+		}
 	}
 
 	chaining := p.sessions != nil && req.SessionID != ""
