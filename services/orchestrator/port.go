@@ -111,6 +111,14 @@ type Spec struct {
 type AgentInfo struct {
 	Model, DowngradeModel string
 	Retry                 RetryPolicy
+	// Revision of the agent's definition the workflow uses for all its
+	// steps of that agent (0: a registry without revisions). The engines
+	// record it with the lookup, so a workflow keeps it across restarts.
+	Revision uint64
+	// Restricted: the agent may delegate or hand off only to
+	// AllowedAgents.
+	Restricted    bool
+	AllowedAgents []string
 }
 
 // Plan tells an engine how to build a step's operator input from what

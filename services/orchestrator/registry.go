@@ -44,6 +44,38 @@ type Agent struct {
 	Spec     *environmentv1.EnvironmentSpec
 	Defaults AgentDefaults
 	Retry    RetryPolicy
+	// Revision is the revision of the stored definition this agent was
+	// read from (services/orchestrator/agents); 0 for an agent of a YAML
+	// registry, which has no revisions.
+	Revision uint64
+	// AllowedAgents, when Restricted, are the agents this one may
+	// delegate or hand off to; the workflow refuses any other with
+	// FAILED_PRECONDITION. Not Restricted: any agent.
+	Restricted    bool
+	AllowedAgents []string
+	// Description and Labels describe the agent to people (AgentService).
+	Description string
+	Labels      map[string]string
+}
+
+// AgentSource is where engines find the agents they dispatch: a YAML
+// Registry, or the definitions kept in the State service
+// (services/orchestrator/agents). Implementations are safe for
+// concurrent use; the agents they return are shared: do not modify them.
+type AgentSource interface {
+	// Lookup returns the current definition of agent id, or an error
+	// wrapping errs.NotFound that says how to define it.
+	Lookup(id string) (*Agent, error)
+	// LookupRevision returns agent id as it was at revision (0: the
+	// current one), so that a workflow keeps the definition it started
+	// with. A source without revisions returns the current one.
+	LookupRevision(id string, revision uint64) (*Agent, error)
+}
+
+// Info is what the workflow decides on about a, as the engines record it.
+func (a *Agent) Info() AgentInfo {
+	return AgentInfo{Model: a.Defaults.Model, DowngradeModel: a.Defaults.DowngradeModel, Retry: a.Retry.WithDefaults(),
+		Revision: a.Revision, Restricted: a.Restricted, AllowedAgents: a.AllowedAgents}
 }
 
 // AgentDefaults fill an invocation's unset OperatorConfig fields and
@@ -65,6 +97,11 @@ type AgentDefaults struct {
 	// means no tools at all.
 	AllowedTools   []string
 	SystemAddendum string
+	// Instructions is the agent's system prompt (AgentDefinition
+	// instructions). TODO(issue 20): sent to the operator once
+	// OperatorConfig has a field for it; until then Apply appends it to
+	// the system addendum.
+	Instructions string
 	// SearchableHistory makes the conversation history of its invocations
 	// full-text indexed by the State service (off: stored, not indexed).
 	SearchableHistory bool
@@ -154,6 +191,21 @@ func (p RetryPolicy) Backoff(attempt int, rnd func() float64) time.Duration {
 type Registry struct {
 	agents []*Agent
 	byID   map[string]*Agent
+	// src, when set, answers Lookup and LookupRevision instead of the
+	// file (SourceRegistry).
+	src AgentSource
+}
+
+// SourceRegistry returns a Registry whose lookups are src's: the engines
+// take a *Registry, and this is how they dispatch the definitions kept in
+// the State service. file, when not nil, is the YAML registry the
+// definitions were seeded from; Agents returns its agents.
+func SourceRegistry(src AgentSource, file *Registry) *Registry {
+	r := &Registry{src: src}
+	if file != nil {
+		r.agents, r.byID = file.agents, file.byID
+	}
+	return r
 }
 
 // LoadRegistry reads and parses the registry file at path (see
@@ -233,6 +285,9 @@ func ParseRegistry(data []byte) (*Registry, error) {
 // Lookup returns the agent with the given id, or an error wrapping
 // errs.NotFound that lists the known agents.
 func (r *Registry) Lookup(id string) (*Agent, error) {
+	if r.src != nil {
+		return r.src.Lookup(id)
+	}
 	if a, ok := r.byID[id]; ok {
 		return a, nil
 	}
@@ -245,6 +300,15 @@ func (r *Registry) Lookup(id string) (*Agent, error) {
 		known += fmt.Sprintf(" and %d more", more)
 	}
 	return nil, fmt.Errorf("agent %q is not in the agent registry (known agents: %s): %w", id, known, errs.NotFound)
+}
+
+// LookupRevision implements AgentSource: a file has no revisions, so it
+// is Lookup (for a SourceRegistry, its source's).
+func (r *Registry) LookupRevision(id string, revision uint64) (*Agent, error) {
+	if r.src != nil {
+		return r.src.LookupRevision(id, revision)
+	}
+	return r.Lookup(id)
 }
 
 // Agents returns the agents in file order.
@@ -284,8 +348,16 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.AllowedTools == nil && d.AllowedTools != nil {
 		cfg.AllowedTools = &operatorv1.AllowedTools{Names: append([]string{}, d.AllowedTools...)}
 	}
-	if cfg.SystemAddendum == nil && d.SystemAddendum != "" {
-		cfg.SystemAddendum = proto.String(d.SystemAddendum)
+	// TODO(issue 20): OperatorConfig has no instructions field yet (the
+	// operator's part of the issue adds it); until then the instructions
+	// go first in the addendum, which the operator appends to its own
+	// prompt instead of replacing it.
+	addendum := d.SystemAddendum
+	if d.Instructions != "" {
+		addendum = strings.TrimSpace(d.Instructions + "\n\n" + addendum)
+	}
+	if cfg.SystemAddendum == nil && addendum != "" {
+		cfg.SystemAddendum = proto.String(addendum)
 	}
 	if cfg.SearchableHistory == nil && d.SearchableHistory {
 		cfg.SearchableHistory = proto.Bool(true)
@@ -321,6 +393,11 @@ type agentEntry struct {
 	SearchableHist *bool           `json:"searchable_history"`
 	Metadata       json.RawMessage `json:"metadata"`
 	Retry          *retryEntry     `json:"retry"`
+	// Fields of the stored definitions (issue 20) that the file can seed.
+	Instructions  *string           `json:"instructions"`
+	Description   *string           `json:"description"`
+	Labels        map[string]string `json:"labels"`
+	AllowedAgents []string          `json:"allowed_agents"` // [] is non-nil: none
 }
 
 type retryEntry struct {
@@ -472,6 +549,12 @@ func mergeEntries(def, e agentEntry) agentEntry {
 	if !isSet(m.Metadata) {
 		m.Metadata = def.Metadata
 	}
+	if m.Instructions == nil {
+		m.Instructions = def.Instructions
+	}
+	if m.AllowedAgents == nil {
+		m.AllowedAgents = def.AllowedAgents
+	}
 	if def.Retry != nil {
 		r := *def.Retry
 		if e.Retry != nil {
@@ -567,6 +650,21 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 	}
 	if a.Retry, err = parseRetry(e.Retry); err != nil {
 		return nil, p.errorf(where, "%s", err)
+	}
+	if e.Instructions != nil {
+		d.Instructions = *e.Instructions
+	}
+	if e.Description != nil {
+		a.Description = *e.Description
+	}
+	a.Labels = e.Labels
+	for i, id := range e.AllowedAgents {
+		if !agentIDPattern.MatchString(id) || len(id) > MaxAgentIDLen {
+			return nil, p.errorf(where, "allowed_agents[%d] %q: want an agent id", i, id)
+		}
+	}
+	if e.AllowedAgents != nil {
+		a.Restricted, a.AllowedAgents = true, append([]string{}, e.AllowedAgents...)
 	}
 	return a, nil
 }

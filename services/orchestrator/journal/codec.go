@@ -239,6 +239,7 @@ const (
 	recMaxDepth
 	recMaxSteps
 	recWarnFraction
+	recRootRevision
 )
 
 func (r *record) marshal() []byte {
@@ -270,6 +271,7 @@ func (r *record) marshal() []byte {
 	e.uint(recMaxDepth, uint64(r.MaxDepth))
 	e.uint(recMaxSteps, r.MaxSteps)
 	e.str(recWarnFraction, r.WarnFraction)
+	e.uint(recRootRevision, r.RootRevision)
 	return e.b
 }
 
@@ -328,6 +330,8 @@ func (r *record) unmarshal(raw []byte) error {
 			r.MaxSteps = d.uint()
 		case recWarnFraction:
 			r.WarnFraction = d.str()
+		case recRootRevision:
+			r.RootRevision = d.uint()
 		default:
 			d.skip()
 		}
@@ -502,6 +506,11 @@ func (l *lookupRecord) marshal() []byte {
 	e.int(5, int64(l.Attempts))
 	e.int(6, int64(l.Initial))
 	e.int(7, int64(l.MaxBackoff))
+	e.uint(8, l.Revision)
+	e.bool(9, l.Restricted)
+	for _, a := range l.AllowedAgents {
+		e.str(10, a)
+	}
 	return e.b
 }
 
@@ -526,6 +535,12 @@ func (l *lookupRecord) unmarshal(raw []byte) error {
 			l.Initial = time.Duration(d.int())
 		case 7:
 			l.MaxBackoff = time.Duration(d.int())
+		case 8:
+			l.Revision = d.uint()
+		case 9:
+			l.Restricted = d.bool()
+		case 10:
+			l.AllowedAgents = append(l.AllowedAgents, d.str())
 		default:
 			d.skip()
 		}

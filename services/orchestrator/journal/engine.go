@@ -163,6 +163,7 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 		RootAgent: agent.ID, CurrentAgent: agent.ID, Budget: spec.Budget, Created: now, Updated: now,
 		Fingerprint: req.Fingerprint(), Input: spec.Input, Detached: req.Detached, Trace: trace,
 		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(),
+		RootRevision: agent.Revision,
 	}
 	if dl, ok := ctx.Deadline(); ok && !req.Detached {
 		rec.Deadline = dl

@@ -54,6 +54,10 @@ type host struct {
 	// lookups recorded, and staged ones, journaled with the workflow's
 	// next write: until then nothing depends on them durably.
 	lookups, staged map[string]*lookupRecord
+	// root and rootRev: the root agent's lookup reads the revision the
+	// workflow started with.
+	root    string
+	rootRev uint64
 	// held are writes held back until the next commit.
 	held []op
 	// outputs of the steps this run called or replayed; live marks those
@@ -80,6 +84,7 @@ type host struct {
 
 func newHost(e *Engine, ctx context.Context, rec *record, logged uint64, lookups map[string]*lookupRecord) *host {
 	h := &host{e: e, id: rec.ID, ctx: ctx, callCtx: ctx, cancel: func() {}, logged: logged,
+		root: rec.RootAgent, rootRev: rec.RootRevision,
 		lookups: lookups, staged: map[string]*lookupRecord{}, outputs: map[uint64]*operatorv1.OperatorOutput{}, live: map[uint64]bool{}}
 	if !rec.Deadline.IsZero() {
 		h.callCtx, h.cancel = context.WithDeadline(ctx, rec.Deadline)
@@ -248,12 +253,17 @@ func (h *host) Lookup(agentID string) (orchestrator.AgentInfo, error) {
 	}
 	if l == nil {
 		l = &lookupRecord{}
-		a, err := h.e.deps.Registry.Lookup(agentID)
+		var rev uint64
+		if agentID == h.root {
+			rev = h.rootRev
+		}
+		a, err := h.e.deps.Registry.LookupRevision(agentID, rev)
 		if err != nil {
 			l.Err, l.Code = err.Error(), int32(errs.Code(err))
 		} else {
 			r := a.Retry.WithDefaults()
 			l.Model, l.DowngradeModel, l.Attempts, l.Initial, l.MaxBackoff = a.Defaults.Model, a.Defaults.DowngradeModel, r.MaxAttempts, r.InitialBackoff, r.MaxBackoff
+			l.Revision, l.Restricted, l.AllowedAgents = a.Revision, a.Restricted, a.AllowedAgents
 		}
 		h.staged[agentID] = l
 	}
@@ -261,7 +271,8 @@ func (h *host) Lookup(agentID string) (orchestrator.AgentInfo, error) {
 		return orchestrator.AgentInfo{}, (&orchestrator.Failure{Code: l.Code, Message: l.Err}).Err()
 	}
 	return orchestrator.AgentInfo{Model: l.Model, DowngradeModel: l.DowngradeModel,
-		Retry: orchestrator.RetryPolicy{MaxAttempts: l.Attempts, InitialBackoff: l.Initial, MaxBackoff: l.MaxBackoff}}, nil
+		Retry:    orchestrator.RetryPolicy{MaxAttempts: l.Attempts, InitialBackoff: l.Initial, MaxBackoff: l.MaxBackoff},
+		Revision: l.Revision, Restricted: l.Restricted, AllowedAgents: l.AllowedAgents}, nil
 }
 
 // Call implements orchestrator.Host: it journals the step's intent (the
@@ -277,7 +288,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		replay bool
 	)
 	err := h.commit(beginStep(c.N, func(w *wtx, pending []*signalRecord) (*stepRecord, error) {
-		a, err := h.e.deps.Registry.Lookup(c.Agent)
+		a, err := h.e.deps.Registry.LookupRevision(c.Agent, c.Info.Revision)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +339,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 	// Not called yet, or in flight when the orchestrator stopped: call
 	// (again) with the journaled input.
 	if agent == nil {
-		if agent, err = h.e.deps.Registry.Lookup(c.Agent); err != nil {
+		if agent, err = h.e.deps.Registry.LookupRevision(c.Agent, c.Info.Revision); err != nil {
 			return nil, err
 		}
 	}

@@ -149,6 +149,10 @@ type record struct {
 	MaxDepth     uint32 `json:"max_depth,omitempty"`
 	MaxSteps     uint64 `json:"max_steps,omitempty"`
 	WarnFraction string `json:"warn_fraction,omitempty"`
+	// RootRevision is the root agent's definition revision the workflow
+	// started with (0: a registry without revisions); its lookup of the
+	// root agent reads that revision.
+	RootRevision uint64 `json:"root_revision,omitempty"`
 }
 
 // lookupRecord is a registry lookup as the workflow first saw it.
@@ -160,6 +164,11 @@ type lookupRecord struct {
 	Attempts       int           `json:"attempts"`
 	Initial        time.Duration `json:"initial"`
 	MaxBackoff     time.Duration `json:"max_backoff"`
+	// The definition revision and delegation allowlist the workflow uses
+	// for this agent (orchestrator.AgentInfo).
+	Revision      uint64   `json:"revision,omitempty"`
+	Restricted    bool     `json:"restricted,omitempty"`
+	AllowedAgents []string `json:"allowed_agents,omitempty"`
 }
 
 func (r *record) terminal() bool { return orchestrator.Terminal(r.Status) }
