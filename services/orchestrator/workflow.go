@@ -352,6 +352,9 @@ func (w *workflow) effects(f frame, dispatchID string, out *StepResult, halt err
 			}
 			results = append(results, d)
 		case "handoff":
+			if err := allowed(f, "hand off", ref.Agent); err != nil {
+				return nil, nil, err
+			}
 			var detail string
 			switch {
 			case next != nil:
@@ -409,6 +412,21 @@ func guardError(format string, a ...any) error {
 	return fmt.Errorf(format+": %w", append(a, errs.FailedPrecondition)...)
 }
 
+// allowed checks the delegation allowlist of f's agent (its definition's
+// delegation.allowed_agents): dispatching an agent outside it fails the
+// workflow, like the other delegation guards.
+func allowed(f frame, verb, to string) error {
+	if !f.info.Restricted || slices.Contains(f.info.AllowedAgents, to) {
+		return nil
+	}
+	list := "none"
+	if len(f.info.AllowedAgents) > 0 {
+		list = strings.Join(f.info.AllowedAgents, ", ")
+	}
+	return guardError("agent %q may not %s to agent %q: it is not in %q's delegation allowlist (allowed: %s); add it to delegation.allowed_agents of %q",
+		f.agent, verb, to, f.agent, list, f.agent)
+}
+
 // delegate runs a Delegate effect's child agent to its end.
 func (w *workflow) delegate(f frame, c *EffectCall, halt error) (DelegationRef, error) {
 	res := DelegationRef{Agent: c.Ref.Agent, Key: c.Ref.Key}
@@ -418,6 +436,9 @@ func (w *workflow) delegate(f frame, c *EffectCall, halt error) (DelegationRef, 
 	}
 	if halt != nil {
 		return notRun("not run: the workflow budget is spent")
+	}
+	if err := allowed(f, "delegate", c.Ref.Agent); err != nil {
+		return res, err
 	}
 	info, err := w.lookup(c.Ref.Agent)
 	if err != nil {

@@ -138,7 +138,7 @@ func (e *Engine) callActivity(ctx context.Context, a callArgs) (*callResult, err
 // fails the call (DEADLINE_EXCEEDED) rather than timing the activity out,
 // which Temporal would retry without end.
 func (e *Engine) call(ctx context.Context, a callArgs) (*operatorv1.OperatorOutput, time.Duration, error) {
-	agent, err := e.deps.Registry.Lookup(a.Agent)
+	agent, err := e.deps.Registry.LookupRevision(a.Agent, a.Revision)
 	if err != nil {
 		return nil, 0, operatorErr(err, false)
 	}

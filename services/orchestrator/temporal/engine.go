@@ -209,7 +209,7 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
 	}
 	args := twInput{RootAgent: spec.RootAgent, Detached: req.Detached, Input: spec.Input, Trace: spec.Trace,
-		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String()}
+		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(), RootRevision: agent.Revision}
 	if spec.Budget.Valid {
 		args.Budget = spec.Budget.Decimal.String()
 	}

@@ -36,6 +36,10 @@ type twInput struct {
 	MaxDepth     uint32            `json:"max_depth"`
 	MaxSteps     uint64            `json:"max_steps"`
 	WarnFraction string            `json:"warn_fraction"`
+	// RootRevision is the root agent's definition revision the workflow
+	// started with (0: a registry without revisions), which its lookup of
+	// the root agent reads.
+	RootRevision uint64 `json:"root_revision,omitempty"`
 }
 
 // stepPlan tells the call activity how to build an operator input (an
@@ -86,6 +90,8 @@ type callArgs struct {
 	Signals    []signalRecord    `json:"signals,omitempty"`
 	// Remaining is the workflow budget left; empty for none.
 	Remaining string `json:"remaining,omitempty"`
+	// Revision of the agent's definition the workflow uses (its lookup's).
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 // callResult is what the workflow needs of an output (the call
@@ -173,6 +179,10 @@ type agentInfo struct {
 	Attempts   int           `json:"attempts"`
 	Initial    time.Duration `json:"initial"`
 	MaxBackoff time.Duration `json:"max_backoff"`
+	// The definition revision and the delegation allowlist.
+	Revision      uint64   `json:"revision,omitempty"`
+	Restricted    bool     `json:"restricted,omitempty"`
+	AllowedAgents []string `json:"allowed_agents,omitempty"`
 }
 
 // failure is how a workflow or an operator call failed: the details of
@@ -274,12 +284,14 @@ func (o effectOutcome) port() (orchestrator.Outcome, error) {
 func infoOf(a *orchestrator.Agent) agentInfo {
 	r := a.Retry.WithDefaults()
 	return agentInfo{Model: a.Defaults.Model, Downgrade: a.Defaults.DowngradeModel,
-		Attempts: r.MaxAttempts, Initial: r.InitialBackoff, MaxBackoff: r.MaxBackoff}
+		Attempts: r.MaxAttempts, Initial: r.InitialBackoff, MaxBackoff: r.MaxBackoff,
+		Revision: a.Revision, Restricted: a.Restricted, AllowedAgents: a.AllowedAgents}
 }
 
 func (i agentInfo) port() orchestrator.AgentInfo {
 	return orchestrator.AgentInfo{Model: i.Model, DowngradeModel: i.Downgrade,
-		Retry: orchestrator.RetryPolicy{MaxAttempts: i.Attempts, InitialBackoff: i.Initial, MaxBackoff: i.MaxBackoff}}
+		Retry:    orchestrator.RetryPolicy{MaxAttempts: i.Attempts, InitialBackoff: i.Initial, MaxBackoff: i.MaxBackoff},
+		Revision: i.Revision, Restricted: i.Restricted, AllowedAgents: i.AllowedAgents}
 }
 
 func failureOf(f *orchestrator.Failure) *failure {

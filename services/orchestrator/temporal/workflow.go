@@ -269,7 +269,11 @@ func (h *host) Lookup(id string) (orchestrator.AgentInfo, error) {
 	info, ok := h.agents[id]
 	if !ok {
 		err := workflow.SideEffect(h.ctx, func(workflow.Context) any {
-			a, err := h.e.deps.Registry.Lookup(id)
+			var rev uint64
+			if id == h.in.RootAgent {
+				rev = h.in.RootRevision
+			}
+			a, err := h.e.deps.Registry.LookupRevision(id, rev)
 			if err != nil {
 				return agentInfo{Err: err.Error(), Code: int32(errs.Code(err))}
 			}
@@ -290,7 +294,7 @@ func (h *host) Lookup(id string) (orchestrator.AgentInfo, error) {
 // signals pending delivered with it.
 func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) {
 	args := callArgs{WorkflowID: h.id, N: c.N, Agent: c.Agent, Plan: planOf(c.Plan), Model: c.Model, Downgraded: c.Downgraded,
-		Parent: c.Parent, Cause: c.Cause, Corr: c.Corr, Depth: c.Depth, Trace: c.Trace, Signals: h.pending(c.N)}
+		Parent: c.Parent, Cause: c.Cause, Corr: c.Corr, Depth: c.Depth, Trace: c.Trace, Signals: h.pending(c.N), Revision: c.Info.Revision}
 	if c.Remaining.Valid {
 		args.Remaining = c.Remaining.Decimal.String()
 	}
