@@ -31,6 +31,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
 
+	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
@@ -40,6 +41,7 @@ import (
 	"github.com/secbear/neuron/pkg/middleware/dispatch"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/agents"
 	"github.com/secbear/neuron/services/orchestrator/journal"
 	"github.com/secbear/neuron/services/orchestrator/temporal"
 )
@@ -340,6 +342,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer stateConn.Close()
 
+	// Agents are dispatched from their definitions in the State service
+	// (services/orchestrator/agents); the --agents file seeds those not
+	// defined yet.
+	store, agentSrv, err := serveAgents(ctx, reg, statev1.NewStateServiceClient(stateConn), log)
+	if err != nil {
+		return err
+	}
+	reg = orchestrator.SourceRegistry(store, reg)
+	agentv1.RegisterAgentServiceServer(srv, agentSrv)
 	deps := orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn)}
 	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer, SubscriberBufferBytes: cfg.SubscriberBufferBytes}
 	var (
@@ -423,6 +434,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	stopped()
 	<-paused
 	return err
+}
+
+// seedTimeout bounds the seeding of the --agents file's definitions at
+// start, the State service included.
+const seedTimeout = 30 * time.Second
+
+// serveAgents seeds the definitions of the --agents file that are not in
+// the State service yet, and returns the Store dispatch reads them from
+// and the AgentService over it.
+func serveAgents(ctx context.Context, reg *orchestrator.Registry, state statev1.StateServiceClient, log *slog.Logger) (*agents.Store, *agents.Server, error) {
+	models, err := agents.DefaultModels()
+	if err != nil {
+		return nil, nil, err
+	}
+	store := agents.NewStore(state, 0)
+	sctx, cancel := context.WithTimeout(ctx, seedTimeout)
+	defer cancel()
+	created, err := agents.Seed(sctx, store, reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--agents: seeding the agent definitions in the State service (--state-addr): %w", err)
+	}
+	log.Info("agents", "seeded", len(created), "in_file", len(reg.Agents()))
+	return store, agents.NewServer(store, models), nil
 }
 
 // taskQueue is the task queue the temporal engine uses for q.

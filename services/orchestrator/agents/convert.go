@@ -1,0 +1,170 @@
+package agents
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/services/orchestrator"
+)
+
+// The tools an operator has built in, and its effect tools
+// (services/operator/tool/builtin and .../effect): the names a
+// definition's tools.builtin and tools.effects may hold.
+var (
+	builtinTools = []string{"read", "write", "edit", "bash"}
+	effectTools  = []string{"write_memory", "delete_memory", "delegate", "handoff", "signal"}
+)
+
+// ToAgent maps a stored definition onto what the engines dispatch:
+//
+//   - route: the operator address, or the environment address and spec;
+//   - model.name and the first of model.fallbacks: the model and the
+//     cheaper model the budget policy may switch to;
+//   - limits: max_turns, max_cost, max_duration per invocation, and
+//     workflow_budget;
+//   - tools: builtin, effects and operator_tools together are the
+//     invocation's allowed tools (unset tools: the operator's default);
+//   - instructions and system_addendum (see AgentDefaults.Instructions),
+//     memory.searchable_history, metadata, retry;
+//   - delegation.allowed_agents: the allowlist the workflow enforces.
+//
+// The model's sampling parameters, the MCP servers, the approval policy,
+// memory.session_history and readable_scopes and the context strategy are
+// stored and returned, not yet sent to the operator: they need fields of
+// OperatorConfig that the operator's part of issue 20 adds.
+func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
+	d := a.GetDefinition()
+	out := &orchestrator.Agent{ID: a.GetName(), Revision: a.GetRevision(), Description: d.GetDescription(), Labels: d.GetLabels()}
+	switch r := d.GetRoute().GetTarget().(type) {
+	case *agentv1.Route_Operator:
+		out.Operator = r.Operator.GetAddress()
+	case *agentv1.Route_Environment:
+		out.Environment, out.Spec = r.Environment.GetAddress(), r.Environment.GetSpec()
+	default:
+		return nil, fmt.Errorf("route: want an operator or an environment address")
+	}
+	def := &out.Defaults
+	def.Model = d.GetModel().GetName()
+	if fb := d.GetModel().GetFallbacks(); len(fb) > 0 {
+		def.DowngradeModel = fb[0]
+	}
+	var err error
+	l := d.GetLimits()
+	if def.Budget, err = nullMoney("limits.workflow_budget", l.GetWorkflowBudget()); err != nil {
+		return nil, err
+	}
+	if def.MaxCost, err = nullMoney("limits.max_cost", l.GetMaxCost()); err != nil {
+		return nil, err
+	}
+	def.MaxTurns = l.GetMaxTurns()
+	def.MaxDuration = l.GetMaxDuration().AsDuration()
+	if t := d.GetTools(); t != nil {
+		def.AllowedTools = slices.Concat([]string{}, t.GetBuiltin(), t.GetEffects(), t.GetOperatorTools())
+	}
+	def.Instructions = d.GetInstructions()
+	def.SystemAddendum = d.GetSystemAddendum()
+	def.SearchableHistory = d.GetMemory().GetSearchableHistory()
+	if md := d.GetMetadata(); len(md.GetFields()) > 0 {
+		def.Metadata = md
+	}
+	if r := d.GetRetry(); r != nil {
+		out.Retry = orchestrator.RetryPolicy{MaxAttempts: int(r.GetMaxAttempts()), InitialBackoff: r.GetInitialBackoff().AsDuration(), MaxBackoff: r.GetMaxBackoff().AsDuration()}
+	}
+	out.Retry = out.Retry.WithDefaults()
+	if dl := d.GetDelegation(); dl != nil {
+		out.Restricted, out.AllowedAgents = true, append([]string{}, dl.GetAllowedAgents()...)
+	}
+	return out, nil
+}
+
+func nullMoney(field string, m *typesv1.Money) (decimal.NullDecimal, error) {
+	if m == nil {
+		return decimal.NullDecimal{}, nil
+	}
+	d, err := money.Parse(m)
+	if err != nil {
+		return decimal.NullDecimal{}, fmt.Errorf("%s: %v", field, err)
+	}
+	return decimal.NewNullDecimal(d), nil
+}
+
+// FromAgent is the definition of an agent of a YAML registry (the
+// import): every field the file can set, allowed tools split into
+// built-in, effect and operator tools by name.
+func FromAgent(a *orchestrator.Agent) *agentv1.Agent {
+	d := &agentv1.AgentDefinition{Description: a.Description, Instructions: a.Defaults.Instructions, SystemAddendum: a.Defaults.SystemAddendum}
+	if len(a.Labels) > 0 {
+		d.Labels = maps.Clone(a.Labels)
+	}
+	if a.Environment != "" {
+		d.Route = &agentv1.Route{Target: &agentv1.Route_Environment{Environment: &agentv1.EnvironmentRoute{Address: a.Environment, Spec: a.Spec}}}
+	} else {
+		d.Route = &agentv1.Route{Target: &agentv1.Route_Operator{Operator: &agentv1.OperatorRoute{Address: a.Operator}}}
+	}
+	def := a.Defaults
+	if def.Model != "" || def.DowngradeModel != "" {
+		d.Model = &agentv1.ModelSettings{Name: def.Model}
+		if def.DowngradeModel != "" {
+			d.Model.Fallbacks = []string{def.DowngradeModel}
+		}
+	}
+	if def.Budget.Valid || def.MaxCost.Valid || def.MaxTurns > 0 || def.MaxDuration > 0 {
+		l := &agentv1.Limits{}
+		if def.Budget.Valid {
+			l.WorkflowBudget = money.FromDecimal(def.Budget.Decimal)
+		}
+		if def.MaxCost.Valid {
+			l.MaxCost = money.FromDecimal(def.MaxCost.Decimal)
+		}
+		if def.MaxTurns > 0 {
+			l.MaxTurns = proto.Uint32(def.MaxTurns)
+		}
+		if def.MaxDuration > 0 {
+			l.MaxDuration = durationpb.New(def.MaxDuration)
+		}
+		d.Limits = l
+	}
+	if def.AllowedTools != nil {
+		t := &agentv1.Tools{}
+		for _, n := range def.AllowedTools {
+			switch {
+			case slices.Contains(builtinTools, n):
+				t.Builtin = appendOnce(t.Builtin, n)
+			case slices.Contains(effectTools, n):
+				t.Effects = appendOnce(t.Effects, n)
+			default:
+				t.OperatorTools = appendOnce(t.OperatorTools, n)
+			}
+		}
+		d.Tools = t
+	}
+	if def.SearchableHistory {
+		d.Memory = &agentv1.MemorySettings{SearchableHistory: true}
+	}
+	if len(def.Metadata.GetFields()) > 0 {
+		d.Metadata = proto.CloneOf(def.Metadata)
+	}
+	r := a.Retry.WithDefaults()
+	if r != (orchestrator.RetryPolicy{}).WithDefaults() {
+		d.Retry = &agentv1.RetryPolicy{MaxAttempts: uint32(r.MaxAttempts), InitialBackoff: durationpb.New(r.InitialBackoff), MaxBackoff: durationpb.New(r.MaxBackoff)}
+	}
+	if a.Restricted {
+		d.Delegation = &agentv1.Delegation{AllowedAgents: append([]string{}, a.AllowedAgents...)}
+	}
+	return &agentv1.Agent{Name: a.ID, Definition: d}
+}
+
+func appendOnce(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
