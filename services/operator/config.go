@@ -1,8 +1,12 @@
 package operator
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -10,6 +14,8 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/operator/tool"
 )
 
 // Defaults.
@@ -50,6 +56,23 @@ type limits struct {
 	costBounded bool
 	allowed     []string
 	restrict    bool
+	// The model parameters of the invocation (zero: the defaults).
+	maxTokens    int
+	temperature  *float64
+	effort       string
+	outputSchema map[string]any
+}
+
+// MaxInstructionsBytes bounds OperatorConfig.instructions (and the
+// addendum), in bytes.
+const MaxInstructionsBytes = 64 << 10
+
+// efforts maps the contract's reasoning effort to the providers' level.
+var efforts = map[operatorv1.ReasoningEffort]string{
+	operatorv1.ReasoningEffort_REASONING_EFFORT_MINIMAL: provider.EffortMinimal,
+	operatorv1.ReasoningEffort_REASONING_EFFORT_LOW:     provider.EffortLow,
+	operatorv1.ReasoningEffort_REASONING_EFFORT_MEDIUM:  provider.EffortMedium,
+	operatorv1.ReasoningEffort_REASONING_EFFORT_HIGH:    provider.EffortHigh,
 }
 
 // resolve merges an input's overrides into the defaults.
@@ -61,6 +84,7 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 		maxDuration: c.MaxDuration,
 		maxCost:     c.MaxCost,
 		costBounded: c.MaxCost.IsPositive(),
+		maxTokens:   c.MaxTokens,
 	}
 	if in == nil {
 		return l, nil
@@ -88,6 +112,20 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 		l.allowed = in.GetAllowedTools().GetNames()
 		l.restrict = true
 	}
+	if in.Instructions != nil {
+		// The agent's own prompt replaces the process default; the
+		// addendum below still appends to it.
+		if len(in.GetInstructions()) > MaxInstructionsBytes {
+			return l, fmt.Errorf("config.instructions is %d bytes; the limit is %d: %w", len(in.GetInstructions()), MaxInstructionsBytes, errs.InvalidArgument)
+		}
+		if strings.TrimSpace(in.GetInstructions()) == "" {
+			return l, fmt.Errorf("config.instructions is blank; omit it to use the operator's default prompt: %w", errs.InvalidArgument)
+		}
+		l.system = in.GetInstructions()
+	}
+	if err := l.modelParams(in.GetModelParameters()); err != nil {
+		return l, err
+	}
 	if in.SystemAddendum != nil && in.GetSystemAddendum() != "" {
 		if l.system != "" {
 			l.system += "\n\n"
@@ -96,3 +134,58 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 	}
 	return l, nil
 }
+
+// modelParams applies the invocation's model parameters. The contract's
+// ranges are checked here too (the one-shot path and embedders call
+// Execute without the gRPC validator); whether the provider supports each
+// one is the provider's to say, when it builds its request.
+func (l *limits) modelParams(mp *operatorv1.ModelParameters) error {
+	if mp == nil {
+		return nil
+	}
+	if mp.Temperature != nil {
+		t := mp.GetTemperature()
+		if math.IsNaN(t) || t < 0 || t > 2 {
+			return fmt.Errorf("config.model_parameters.temperature %g is outside 0 to 2: %w", t, errs.InvalidArgument)
+		}
+		l.temperature = &t
+	}
+	if mp.MaxOutputTokens != nil {
+		n := mp.GetMaxOutputTokens()
+		if n == 0 || n > 1_000_000 {
+			return fmt.Errorf("config.model_parameters.max_output_tokens %d is outside 1 to 1000000: %w", n, errs.InvalidArgument)
+		}
+		l.maxTokens = int(n)
+	}
+	if e := mp.GetReasoningEffort(); e != operatorv1.ReasoningEffort_REASONING_EFFORT_UNSPECIFIED {
+		level, ok := efforts[e]
+		if !ok {
+			return fmt.Errorf("config.model_parameters.reasoning_effort %d is not a known level: %w", int32(e), errs.InvalidArgument)
+		}
+		l.effort = level
+	}
+	if s := mp.GetOutputSchema(); s != nil {
+		schema := s.AsMap()
+		raw, err := json.Marshal(schema)
+		if err != nil {
+			return fmt.Errorf("config.model_parameters.output_schema cannot be encoded as JSON: %v: %w", err, errs.InvalidArgument)
+		}
+		// Compiled by the same JSON Schema implementation as the tools'
+		// schemas, so a schema that cannot compile fails here, before any
+		// model call, rather than at the provider.
+		if err := tool.NewRegistry().Register(schemaProbe{schema: raw}); err != nil {
+			return fmt.Errorf("config.model_parameters.output_schema is not a usable JSON Schema object (it must compile and have \"type\": \"object\" at its top): %w", err)
+		}
+		l.outputSchema = schema
+	}
+	return nil
+}
+
+// schemaProbe is a tool that exists only to have its schema compiled.
+type schemaProbe struct{ schema json.RawMessage }
+
+func (p schemaProbe) Spec() tool.Spec {
+	return tool.Spec{Name: "output_schema", Description: "output schema", Schema: p.schema, Tier: tool.ReadOnly}
+}
+
+func (schemaProbe) Call(context.Context, json.RawMessage) (string, error) { return "", nil }

@@ -33,6 +33,7 @@ type run struct {
 	provider provider.Provider
 	model    string
 	specs    []provider.ToolSpec
+	tools    *toolset
 	allowed  map[string]bool
 	events   Events
 	log      *slog.Logger
@@ -223,9 +224,13 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 		System:    r.lim.system,
 		Messages:  r.messages,
 		Tools:     r.specs,
-		MaxTokens: r.op.cfg.MaxTokens,
+		MaxTokens: r.lim.maxTokens,
 		Metadata:  r.metadata,
 		SessionID: r.in.GetSessionId(),
+
+		Temperature:     r.lim.temperature,
+		ReasoningEffort: r.lim.effort,
+		OutputSchema:    r.lim.outputSchema,
 	}
 	if r.events != nil {
 		req.OnText = func(text string) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
@@ -15,6 +16,7 @@ import (
 	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/tool"
+	"github.com/secbear/neuron/services/operator/tool/mcp"
 )
 
 // Operator runs invocations. It is safe for concurrent use: each
@@ -29,6 +31,10 @@ type Operator struct {
 	compact compaction.Strategy
 	budget  func(model string) compaction.Budget
 	events  Publisher
+	// The MCP servers invocations bring: checked against mcpPolicy,
+	// shared through mcpPool (nil when the policy allows none).
+	mcpPool   *mcp.Pool
+	mcpPolicy MCPPolicy
 }
 
 // Option sets an optional dependency.
@@ -50,6 +56,15 @@ func WithHistory(h History) Option { return func(o *Operator) { o.history = h } 
 // catalog, less an output reserve). Without it the context is sent whole.
 func WithCompaction(s compaction.Strategy, budget func(model string) compaction.Budget) Option {
 	return func(o *Operator) { o.compact, o.budget = s, budget }
+}
+
+// WithMCP lets invocations bring MCP servers of their own
+// (OperatorConfig.mcp_servers) within policy, connected through pool,
+// which the caller closes after the operator's last invocation. Without
+// it (or with a nil pool) every such server is refused with
+// PERMISSION_DENIED.
+func WithMCP(pool *mcp.Pool, policy MCPPolicy) Option {
+	return func(o *Operator) { o.mcpPool, o.mcpPolicy = pool, policy }
 }
 
 // WithPublisher sets where lifecycle events (compaction) go; the default
@@ -114,13 +129,29 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 	if err != nil {
 		return nil, fmt.Errorf("config.model: %w", err)
 	}
-	specs, err := o.tools.Specs(lim.allowed, lim.restrict)
-	if err != nil {
-		return nil, fmt.Errorf("config.allowed_tools: %w", err)
-	}
 	if in.SessionId != nil && o.history == nil {
 		return nil, fmt.Errorf("session_id %q given, but this operator has no state service to read the session's history from; configure --state-addr or omit session_id: %w",
 			in.GetSessionId(), errs.FailedPrecondition)
+	}
+	tools := &toolset{base: o.tools}
+	if defs := in.GetConfig().GetMcpServers(); len(defs) > 0 {
+		leases, err := o.agentServers(ctx, defs)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, l := range leases {
+				l.Release()
+			}
+		}()
+		tools.extra = make(map[string]*tool.Registry, len(leases))
+		for i, l := range leases {
+			tools.extra[defs[i].GetName()] = l.Registry
+		}
+	}
+	specs, err := tools.specs(lim.allowed, lim.restrict)
+	if err != nil {
+		return nil, fmt.Errorf("config.allowed_tools: %w", err)
 	}
 
 	r := &run{
@@ -130,6 +161,7 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		provider: prov,
 		model:    model,
 		specs:    specs,
+		tools:    tools,
 		events:   events,
 		start:    time.Now(),
 		keyBase:  in.GetDispatch().GetDispatchId(),
@@ -149,6 +181,48 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		r.log.Warn("SCRIPTED MODEL: replies come from a script, not from a language model")
 	}
 	return r.execute(ctx)
+}
+
+// agentServers checks every MCP server of an invocation against the
+// deployment's policy, all before any is started, then leases each from
+// the pool. On error nothing stays leased.
+func (o *Operator) agentServers(ctx context.Context, defs []*operatorv1.McpServer) ([]*mcp.Lease, error) {
+	policy := o.mcpPolicy
+	if o.mcpPool == nil {
+		policy = MCPPolicy{}
+	}
+	own := o.tools.Names()
+	servers := make([]mcp.Server, len(defs))
+	seen := map[string]int{}
+	for i, d := range defs {
+		field := fmt.Sprintf("config.mcp_servers[%d]", i)
+		if j, ok := seen[d.GetName()]; ok {
+			return nil, fmt.Errorf("%s: name %q is also the name of config.mcp_servers[%d]; names must be unique: %w", field, d.GetName(), j, errs.InvalidArgument)
+		}
+		seen[d.GetName()] = i
+		for _, n := range own {
+			if strings.HasPrefix(n, d.GetName()+"__") {
+				return nil, fmt.Errorf("%s.name %q is taken by an MCP server of the operator deployment (its tool %q); choose another name: %w", field, d.GetName(), n, errs.InvalidArgument)
+			}
+		}
+		s, err := policy.server(field, d)
+		if err != nil {
+			return nil, err
+		}
+		servers[i] = s
+	}
+	leases := make([]*mcp.Lease, 0, len(servers))
+	for i, s := range servers {
+		l, err := o.mcpPool.Acquire(ctx, s)
+		if err != nil {
+			for _, l := range leases {
+				l.Release()
+			}
+			return nil, fmt.Errorf("config.mcp_servers[%d]: %w", i, err)
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
 }
 
 func randomHex(n int) string {

@@ -25,6 +25,7 @@ import (
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/provider/reliable"
 	"github.com/secbear/neuron/services/operator/tool"
+	"github.com/secbear/neuron/services/operator/tool/mcp"
 )
 
 // Defaults of Config that are not zero values: Run's for empty fields,
@@ -135,6 +136,30 @@ type Config struct {
 	// MCPConfig is a JSON file of MCP servers whose tools to offer
 	// (--mcp-config). Empty: none.
 	MCPConfig string
+	// MCPStdioAllow are the commands an invocation's own stdio MCP
+	// servers may run (OperatorConfig.mcp_servers), compared verbatim
+	// (--mcp-stdio-allow). Empty: none, since such a server is a process
+	// started on the operator host. Any arguments are allowed: list MCP
+	// server programs, never shells or interpreters.
+	MCPStdioAllow []string
+	// MCPHTTPAllow are the hosts ("host" or "host:port") an invocation's
+	// own streamable HTTP MCP servers may be reached at (--mcp-http-allow).
+	// Empty: none.
+	MCPHTTPAllow []string
+	// MCPCredentials is a JSON file of the credentials invocations'
+	// MCP servers may name by credential_ref (--mcp-credentials; see
+	// ParseCredentials). Empty: none.
+	MCPCredentials string
+	// MCPPoolSize bounds the invocation MCP servers kept connected
+	// (--mcp-pool-size). Zero: mcp.DefaultPoolSize.
+	MCPPoolSize int
+	// MCPIdleTimeout closes an invocation MCP server no invocation used
+	// for this long (--mcp-idle-timeout). Zero: mcp.DefaultIdleTimeout.
+	MCPIdleTimeout time.Duration
+	// MCPConnectTimeout bounds starting an invocation MCP server and
+	// listing its tools (--mcp-connect-timeout). Zero:
+	// mcp.DefaultConnectTimeout.
+	MCPConnectTimeout time.Duration
 	// ToolTimeout is the timeout of one tool call that sets none itself
 	// (--tool-timeout). Zero: tool.DefaultTimeout.
 	ToolTimeout time.Duration
@@ -374,6 +399,38 @@ func RunOneShot(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr
 	return op.OneShot(ctx, stdin, stdout, stderr), nil
 }
 
+// mcpPolicy is the policy for invocations' MCP servers from cfg.
+func mcpPolicy(cfg Config) (MCPPolicy, error) {
+	var p MCPPolicy
+	for _, c := range cfg.MCPStdioAllow {
+		if c = strings.TrimSpace(c); c != "" {
+			p.StdioCommands = append(p.StdioCommands, c)
+		}
+	}
+	for _, h := range cfg.MCPHTTPAllow {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		} else if strings.Contains(h, "/") {
+			return p, fmt.Errorf("--mcp-http-allow: %q is not a host; give \"host\" or \"host:port\", without a scheme or path", h)
+		} else {
+			p.HTTPHosts = append(p.HTTPHosts, h)
+		}
+	}
+	if cfg.MCPCredentials != "" {
+		data, err := os.ReadFile(cfg.MCPCredentials)
+		if err != nil {
+			return p, fmt.Errorf("--mcp-credentials: %w", err)
+		}
+		if p.Credentials, err = ParseCredentials(data); err != nil {
+			return p, fmt.Errorf("--mcp-credentials %s: %w", cfg.MCPCredentials, err)
+		}
+	}
+	if cfg.MCPPoolSize < 0 || cfg.MCPIdleTimeout < 0 || cfg.MCPConnectTimeout < 0 {
+		return p, errors.New("--mcp-pool-size, --mcp-idle-timeout and --mcp-connect-timeout must not be negative")
+	}
+	return p, nil
+}
+
 // withDefaults fills the zero values that stand for a default, and makes
 // the clients dial as the server serves.
 func (c Config) withDefaults() Config {
@@ -455,6 +512,20 @@ func build(ctx context.Context, cfg Config, oneShot bool) (*Operator, func(), er
 	opts := []Option{
 		WithTools(tools),
 		WithCompaction(strategy, budgetFor(cat, cfg.Models.ContextReserve)),
+	}
+	policy, err := mcpPolicy(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if policy.allowsAny() {
+		pool := mcp.NewPool(mcp.PoolConfig{
+			MaxServers: cfg.MCPPoolSize, IdleTimeout: cfg.MCPIdleTimeout, ConnectTimeout: cfg.MCPConnectTimeout, Log: log,
+			Registry: []tool.Option{tool.WithDefaultTimeout(cfg.ToolTimeout), tool.WithMaxOutputBytes(cfg.ToolMaxOutput)},
+		})
+		closers = append(closers, pool.Close)
+		opts = append(opts, WithMCP(pool, policy))
+		log.Info("invocation MCP servers allowed", "stdio_commands", strings.Join(policy.StdioCommands, ","),
+			"http_hosts", strings.Join(policy.HTTPHosts, ","), "credentials", len(policy.Credentials))
 	}
 	switch {
 	case cfg.Publisher != nil:

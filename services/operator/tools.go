@@ -87,7 +87,7 @@ func (r *run) runTools(ctx context.Context, uses []*provider.ToolUse) (*operator
 
 // readOnly reports whether a call may run in parallel with its neighbours.
 func (r *run) readOnly(name string) bool {
-	e, ok := r.op.tools.Lookup(name)
+	e, ok := r.tools.reg(name).Lookup(name)
 	return ok && r.allowed[name] && !e.Effect && e.Spec.Tier == tool.ReadOnly
 }
 
@@ -130,12 +130,13 @@ func (r *run) runOne(ctx context.Context, c *call) {
 		c.failed = true
 		c.record = &operatorv1.SubDispatchRecord{Name: name, Duration: durationpb.New(time.Since(start)), Error: msg}
 	}
-	entry, ok := r.op.tools.Lookup(name)
+	reg := r.tools.reg(name)
+	entry, ok := reg.Lookup(name)
 	if !ok || !r.allowed[name] {
 		fail(fmt.Sprintf("Unknown tool %q. Available tools: %s.", name, strings.Join(r.toolNames(), ", ")))
 		return
 	}
-	input, err := r.op.tools.Validate(name, c.use.Input)
+	input, err := reg.Validate(name, c.use.Input)
 	if err != nil {
 		fail(err.Error())
 		return
@@ -160,7 +161,7 @@ func (r *run) runOne(ctx context.Context, c *call) {
 			return
 		case operatorv1.HookActionKind_HOOK_ACTION_KIND_MODIFY_TOOL_INPUT:
 			modified := valueJSON(d.NewInput)
-			if input, err = r.op.tools.Validate(name, modified); err != nil {
+			if input, err = reg.Validate(name, modified); err != nil {
 				fail(fmt.Sprintf("Hook %s rewrote the arguments into an invalid form: %v", d.Hook, err))
 				return
 			}
@@ -186,7 +187,7 @@ func (r *run) runOne(ctx context.Context, c *call) {
 			AgentID:        r.in.GetDispatch().GetAgentId(),
 			IdempotencyKey: r.effectKey(), // effect tools run one at a time
 		}
-		eff, ack, err := r.op.tools.Declare(dc, name, input)
+		eff, ack, err := reg.Declare(dc, name, input)
 		if err != nil {
 			fail(err.Error())
 			return
@@ -194,7 +195,7 @@ func (r *run) runOne(ctx context.Context, c *call) {
 		c.effect = eff
 		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: ack}
 	} else {
-		out := r.op.tools.Call(ctx, name, input)
+		out := reg.Call(ctx, name, input)
 		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: out.Content, IsError: out.IsError}
 		c.failed = out.IsError
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/provider/providers"
+	"github.com/secbear/neuron/services/operator/tool/mcp"
 )
 
 const envPrefix = "NEURON_OPERATOR"
@@ -92,6 +93,13 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.inputFile, "one-shot-input", "", "with --one-shot, read the OperatorInput from this file instead of stdin (e.g. a mounted Kubernetes Secret)")
 	fs.StringVar(&c.Model, "model", "", "default model, a catalog name (default: the first provider with credentials: "+strings.Join(withDefault, ", ")+"; else the scripted model)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", `JSON file of MCP servers whose tools to offer: {"servers":[{"name":"fs","command":["..."]},{"name":"web","url":"http://..."}]}`)
+	var mcpStdioAllow, mcpHTTPAllow string
+	fs.StringVar(&mcpStdioAllow, "mcp-stdio-allow", "", "comma-separated commands an invocation's own stdio MCP servers (OperatorConfig.mcp_servers) may run, compared verbatim; any arguments are allowed, so never list a shell or an interpreter (default: none)")
+	fs.StringVar(&mcpHTTPAllow, "mcp-http-allow", "", `comma-separated hosts ("host" or "host:port") an invocation's own streamable HTTP MCP servers may be reached at (default: none)`)
+	fs.StringVar(&c.MCPCredentials, "mcp-credentials", "", `JSON file of credentials invocations' MCP servers name by credential_ref: {"credentials":{"NAME":{"headers":{...},"env":{...}}}}`)
+	fs.IntVar(&c.MCPPoolSize, "mcp-pool-size", mcp.DefaultPoolSize, "invocation MCP servers kept connected at most (the least recently used idle one is closed first)")
+	fs.DurationVar(&c.MCPIdleTimeout, "mcp-idle-timeout", mcp.DefaultIdleTimeout, "close an invocation MCP server no invocation used for this long")
+	fs.DurationVar(&c.MCPConnectTimeout, "mcp-connect-timeout", mcp.DefaultConnectTimeout, "bound on starting an invocation MCP server and listing its tools")
 	fs.StringVar(&m.Script, "script", "", "JSON script for the scripted model (default: its echo rules)")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", def.SystemPrompt, "the agent's system prompt")
 	fs.StringVar(&c.SystemPromptFile, "system-prompt-file", "", "read the system prompt from this file (overrides --system-prompt)")
@@ -145,6 +153,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	c.Tools = splitList(tools)
 	c.ToolEnv = splitList(toolEnv)
 	c.ToolReadOnly = splitList(toolReadOnly)
+	c.MCPStdioAllow, c.MCPHTTPAllow = splitList(mcpStdioAllow), splitList(mcpHTTPAllow)
 	m.KeyFiles, m.BaseURLs = nonEmpty(keyFiles), nonEmpty(baseURLs)
 	m.LocalModels = splitList(localModels)
 	m.FallbackModels = splitList(fallbackModels)

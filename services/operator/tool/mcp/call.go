@@ -69,6 +69,7 @@ func (c *Client) callError(ctx context.Context, name string, err error) error {
 		return tool.Errorf(errs.InvalidArgument, "MCP server %q refused the call of tool %q: %s", c.server.Name, name, c.scrub(werr.Message))
 	}
 	if errors.Is(err, sdk.ErrConnectionClosed) {
+		c.broken.Store(true)
 		return tool.Errorf(errs.Unavailable, "MCP server %q is no longer connected, so tool %q cannot run", c.server.Name, name)
 	}
 	return tool.Errorf(errs.Unavailable, "calling tool %q of MCP server %q failed: %s", name, c.server.Name, c.scrub(err.Error()))

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,6 +44,11 @@ type Client struct {
 	ownHTTP  *http.Client // an HTTP client this Client created, to release
 	closeErr error
 	once     sync.Once
+	// done is closed when the session ends (the subprocess exited, the
+	// connection closed); broken is set when a call found the
+	// connection gone. Either makes Alive false.
+	done   chan struct{}
+	broken atomic.Bool
 }
 
 // Connect starts (Command) or reaches (URL) the server s and performs the
@@ -132,6 +138,11 @@ func Connect(ctx context.Context, s Server, log *slog.Logger) (*Client, error) {
 		return nil, fmt.Errorf("%s: %w", msg, errs.Unavailable)
 	}
 	c.session = session
+	c.done = make(chan struct{})
+	go func() {
+		_ = session.Wait()
+		close(c.done)
+	}()
 	attrs := []any{"transport", transportName(s)}
 	if ir := session.InitializeResult(); ir != nil {
 		attrs = append(attrs, "protocol_version", ir.ProtocolVersion)
@@ -214,6 +225,22 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header.Set(k, v)
 	}
 	return t.base.RoundTrip(req)
+}
+
+// Alive reports whether the connection still works as far as the client
+// knows: the session has not ended and no call found it gone. A server
+// that died is noticed when its session ends or a call fails; a pool
+// replaces a client that is not alive.
+func (c *Client) Alive() bool {
+	if c.broken.Load() {
+		return false
+	}
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Name returns the server's name.
