@@ -40,6 +40,7 @@ const usage = `neuron: the command line of the layer0 agent services
 Usage:
   neuron up [flags]                       start the four services locally (dev mode) and keep them up
   neuron run AGENT TASK... [flags]        dispatch AGENT with TASK through the orchestrator, streaming progress
+  neuron agents apply|diff|list|get|delete  define, change and remove agents
   neuron workflows list|show|signal|cancel
   neuron state get|put|delete|list|search  read and write the State service
   neuron events [flags]                   tail lifecycle events (budget, compaction, observability)
@@ -72,6 +73,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		err = c.cmdUp(ctx, rest)
 	case "run":
 		err = c.cmdRun(ctx, rest)
+	case "agents", "agent":
+		err = c.cmdAgents(ctx, rest)
 	case "workflows", "workflow", "wf":
 		err = c.cmdWorkflows(ctx, rest)
 	case "state":

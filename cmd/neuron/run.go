@@ -89,7 +89,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) error {
 		p = newTextProgress(c.stdout, req.GetAgentId(), c.terminal && !f.quiet, f.quiet)
 	}
 	f.conn.hints = map[codes.Code]string{
-		codes.NotFound:          "the agents are listed in the orchestrator's registry (`neuron up` writes <data-dir>/agents.yaml)",
+		codes.NotFound:          "`neuron agents list` shows the agents there are; define one with `neuron agents apply -f FILE`",
 		codes.ResourceExhausted: "the workflow budget is spent; pass a larger --budget",
 	}
 	resp, err := dispatch(ctx, cc, req, p)
