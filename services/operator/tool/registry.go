@@ -1,7 +1,6 @@
 package tool
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -416,47 +413,4 @@ func (r *Registry) declare(e *entry, dc DeclareContext, in json.RawMessage) (eff
 		}
 	}()
 	return e.effect.Declare(dc, in)
-}
-
-// schemaURL is the URL a tool's schema is compiled under; it appears in
-// nothing the model sees.
-func schemaURL(name string) string { return "mem:///tools/" + name + ".json" }
-
-// refuseLoader refuses every external schema reference: tool schemas
-// must be self-contained (the draft meta-schemas are built in).
-type refuseLoader struct{}
-
-func (refuseLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("schemas must be self-contained; %s cannot be loaded", url)
-}
-
-// compileSchema checks and compiles the input schema of tool name.
-func compileSchema(name string, raw json.RawMessage) (*schemaInfo, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, fmt.Errorf("tool %q has no input schema: %w", name, errs.InvalidArgument)
-	}
-	doc, err := decodeJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: schema is not valid JSON: %v: %w", name, err, errs.InvalidArgument)
-	}
-	obj, ok := doc.(map[string]any)
-	if !ok || obj["type"] != "object" {
-		return nil, fmt.Errorf(`tool %q: schema must be a JSON object with "type": "object": %w`, name, errs.InvalidArgument)
-	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.UseLoader(refuseLoader{})
-	url := schemaURL(name)
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tool %q: schema: %v: %w", name, err, errs.InvalidArgument)
-	}
-	sch, err := c.Compile(url)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: schema does not compile: %v: %w", name, err, errs.InvalidArgument)
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, raw); err != nil {
-		return nil, fmt.Errorf("tool %q: schema is not valid JSON: %v: %w", name, err, errs.InvalidArgument)
-	}
-	return &schemaInfo{url: url, doc: doc, schema: sch, compact: compact.Bytes()}, nil
 }

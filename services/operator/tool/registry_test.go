@@ -157,12 +157,12 @@ func TestRegisterSpec(t *testing.T) {
 		{
 			name:    "remote ref",
 			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"$ref":"https://example.com/x.json"}}}`)},
-			wantErr: `tool "t": schema does not compile: failing loading "https://example.com/x.json": schemas must be self-contained; https://example.com/x.json cannot be loaded: invalid argument`,
+			wantErr: `tool "t": schema does not compile: loading https://example.com/x.json: schemas must be self-contained; https://example.com/x.json cannot be loaded: invalid argument`,
 		},
 		{
 			name:    "file ref",
 			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"$ref":"file:///etc/passwd"}}}`)},
-			wantErr: `tool "t": schema does not compile: failing loading "file:///etc/passwd": schemas must be self-contained; file:///etc/passwd cannot be loaded: invalid argument`,
+			wantErr: `tool "t": schema does not compile: loading file:///etc/passwd: schemas must be self-contained; file:///etc/passwd cannot be loaded: invalid argument`,
 		},
 		{
 			name:    "bad regexp",
@@ -172,8 +172,29 @@ func TestRegisterSpec(t *testing.T) {
 		{
 			name:    "invalid keyword value",
 			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":5}}}`)},
-			wantErr: "prefix:" + `tool "t": schema does not compile: "mem:///tools/t.json#" is not valid against metaschema`,
+			wantErr: `tool "t": schema does not compile: at /properties/a: "type" is 5; want a type name or a list of them: invalid argument`,
 		},
+		{
+			name:    "unknown type name",
+			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"strng"}}}`)},
+			wantErr: `tool "t": schema does not compile: at /properties/a: "type" "strng" is not a JSON Schema type; use one of array, boolean, integer, null, number, object, string: invalid argument`,
+		},
+		{
+			name:    "negative count",
+			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"array","items":{"maxLength":-1}}}}`)},
+			wantErr: `tool "t": schema does not compile: at /properties/a/items: "maxLength" is -1; want a non-negative integer: invalid argument`,
+		},
+		{
+			name:    "dangling local ref",
+			spec:    tool.Spec{Schema: json.RawMessage(`{"type":"object","properties":{"a":{"$ref":"#/$defs/nope"}}}`)},
+			wantErr: "prefix:" + `tool "t": schema does not compile: `,
+		},
+		{
+			name:    "unsupported draft",
+			spec:    tool.Spec{Schema: json.RawMessage(`{"$schema":"http://json-schema.org/draft-04/schema#","type":"object"}`)},
+			wantErr: `tool "t": schema: "$schema" "http://json-schema.org/draft-04/schema#" is not supported; write draft 2020-12 ("https://json-schema.org/draft/2020-12/schema") or draft-07 ("http://json-schema.org/draft-07/schema#"), or leave "$schema" out: invalid argument`,
+		},
+		{name: "draft-07", spec: tool.Spec{Schema: json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","definitions":{"p":{"type":"string"}},"properties":{"a":{"$ref":"#/definitions/p"}}}`)}},
 		{name: "bad tier", spec: tool.Spec{Schema: json.RawMessage(objectSchema), Tier: 7}, wantErr: `tool "t" has unknown tier 7: invalid argument`},
 		{name: "negative timeout", spec: tool.Spec{Schema: json.RawMessage(objectSchema), Timeout: -time.Second}, wantErr: `tool "t" has a negative timeout -1s: invalid argument`},
 	}
@@ -338,7 +359,7 @@ func TestValidate(t *testing.T) {
 			input: `{"path": "a", "o": {"x": "1", "y/z": 2}, "a~b/c": 1}`,
 			wantErr: `invalid input for tool "read" (3 problems); fix them and call the tool again:
 - at /a~0b~1c: got number, want boolean; schema: {"type":"boolean"}
-- at /o/x: minLength: got 1, want 2; schema: {"minLength":2,"type":"string"}
+- at /o/x: minLength: got 1 character, want at least 2; schema: {"minLength":2,"type":"string"}
 - at /o/y~1z: property "y/z" is not allowed; allowed properties: "x"`,
 		},
 		{
@@ -346,7 +367,7 @@ func TestValidate(t *testing.T) {
 			input: `{"path": 5, "foo": 1, "offset": "x", "mode": "c", "n": "s", "o": {"y": 1}}`,
 			wantErr: `invalid input for tool "read" (7 problems); fix them and call the tool again:
 - at /foo: property "foo" is not allowed; allowed properties: "a~b/c", "mode", "n", "o", "offset", "path"
-- at /mode: value must be one of 'a', 'b'; schema: {"enum":["a","b"]}
+- at /mode: value must be one of "a", "b"; schema: {"enum":["a","b"]}
 - at /n: matches none of the alternatives in anyOf; schema: {"anyOf":[{"type":"integer"},{"type":"null"}]}
 - at /o/x: missing required property "x"; schema: {"$ref":"#/$defs/x"}
 - at /o/y: property "y" is not allowed; allowed properties: "x"
@@ -761,5 +782,107 @@ func TestErrorf(t *testing.T) {
 	checkErr(t, err, `file "a.txt" not found`, errs.NotFound)
 	if errors.Is(err, errs.InvalidArgument) {
 		t.Error("Errorf wraps the wrong kind")
+	}
+}
+
+// TestValidateKeywords checks that each kind of violation is reported at
+// the pointer of the offending value in the input and names the rule, for
+// the keywords tool schemas use beyond readSchema's.
+func TestValidateKeywords(t *testing.T) {
+	tests := []struct {
+		name, schema, input string
+		want                []string // "pointer: message", sorted
+	}{
+		{
+			name:   "array items by index",
+			schema: `{"type":"object","properties":{"edits":{"type":"array","maxItems":2,"items":{"type":"object","properties":{"line":{"type":"integer","minimum":1}},"required":["line"]}}}}`,
+			input:  `{"edits":[{"line":1},{"line":0},{},{"line":"x"}]}`,
+			want: []string{
+				"/edits: maxItems: got 4 items, want at most 2",
+				"/edits/1/line: minimum: got 0, want at least 1",
+				`/edits/2/line: missing required property "line"`,
+				"/edits/3/line: got string, want integer",
+			},
+		},
+		{
+			name:   "strings",
+			schema: `{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$","maxLength":3}}}`,
+			input:  `{"id":"Abcd"}`,
+			want:   []string{"/id: maxLength: got 4 characters, want at most 3", `/id: pattern: the string does not match "^[a-z]+$"`},
+		},
+		{
+			name:   "numbers",
+			schema: `{"type":"object","properties":{"a":{"exclusiveMaximum":10},"b":{"multipleOf":0.5},"c":{"const":3}}}`,
+			input:  `{"a":10,"b":1.25,"c":3.5}`,
+			want:   []string{"/a: exclusiveMaximum: got 10, want less than 10", "/b: multipleOf: got 1.25, want a multiple of 0.5", "/c: value must be 3"},
+		},
+		{
+			name:   "oneOf twice and not",
+			schema: `{"type":"object","properties":{"v":{"oneOf":[{"type":"integer"},{"type":"number"}]},"w":{"not":{"type":"null"}}}}`,
+			input:  `{"v":2,"w":null}`,
+			want:   []string{"/v: matches more than one alternative in oneOf (alternatives 0 and 1); it must match exactly one", `/w: must not match the schema under "not"`},
+		},
+		{
+			name:   "draft-07 tuple and ref siblings",
+			schema: `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","definitions":{"s":{"type":"string"}},"properties":{"p":{"type":"array","items":[{"$ref":"#/definitions/s"},{"type":"integer"}],"additionalItems":false}}}`,
+			input:  `{"p":[1,"x",true]}`,
+			want:   []string{"/p/0: got number, want string", "/p/1: got string, want integer", "/p/2: no value is allowed here"},
+		},
+		{
+			name:   "dependentRequired and uniqueItems",
+			schema: `{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}},"dependentRequired":{"start":["end"]}}`,
+			input:  `{"start":1,"tags":["a","b","a"]}`,
+			want:   []string{`/end: missing required property "end" (required when "start" is given)`, "/tags: uniqueItems: items 0 and 2 are equal"},
+		},
+		{
+			name:   "unevaluatedProperties through allOf",
+			schema: `{"type":"object","allOf":[{"properties":{"a":{"type":"string"}}}],"properties":{"b":{"type":"string"}},"unevaluatedProperties":false}`,
+			input:  `{"a":"x","b":"y","c":1}`,
+			want:   []string{`/c: property "c" is not allowed`},
+		},
+		{
+			name:   "number out of range",
+			schema: `{"type":"object"}`,
+			input:  `{"n":[1e400]}`,
+			want:   []string{"/n/0: number 1e400 is out of range; numbers must fit a 64-bit float"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tool.NewRegistry()
+			mustRegister(t, r, newTool("k", tt.schema, nil))
+			_, err := r.Validate("k", json.RawMessage(tt.input))
+			var ve *tool.ValidationError
+			if !errors.As(err, &ve) || !errors.Is(err, errs.InvalidArgument) {
+				t.Fatalf("err = %v, want a *ValidationError wrapping InvalidArgument", err)
+			}
+			var got []string
+			for _, p := range ve.Problems {
+				got = append(got, p.Pointer+": "+p.Message)
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("problems:\n%s\nwant\n%s\nmessage:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), err)
+			}
+		})
+	}
+}
+
+// TestValidateAcceptsValid checks that explain's keywords do not refuse
+// what the schemas allow: valid inputs for the schemas of
+// TestValidateKeywords pass.
+func TestValidateAcceptsValid(t *testing.T) {
+	tests := []struct{ schema, input string }{
+		{`{"type":"object","properties":{"edits":{"type":"array","maxItems":2,"items":{"type":"object","properties":{"line":{"type":"integer","minimum":1}},"required":["line"]}}}}`, `{"edits":[{"line":1},{"line":2.0}]}`},
+		{`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$","maxLength":3}}}`, `{"id":"abc"}`},
+		{`{"type":"object","properties":{"a":{"exclusiveMaximum":10},"b":{"multipleOf":0.5},"c":{"const":3}}}`, `{"a":9.99,"b":1.5,"c":3.0}`},
+		{`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","definitions":{"s":{"type":"string"}},"properties":{"p":{"type":"array","items":[{"$ref":"#/definitions/s"},{"type":"integer"}],"additionalItems":false}}}`, `{"p":["x",1]}`},
+		{`{"type":"object","allOf":[{"properties":{"a":{"type":"string"}}}],"properties":{"b":{"type":"string"}},"unevaluatedProperties":false}`, `{"a":"x","b":"y"}`},
+	}
+	for _, tt := range tests {
+		r := tool.NewRegistry()
+		mustRegister(t, r, newTool("k", tt.schema, nil))
+		if _, err := r.Validate("k", json.RawMessage(tt.input)); err != nil {
+			t.Errorf("Validate(%s) against %s: %v", tt.input, tt.schema, err)
+		}
 	}
 }

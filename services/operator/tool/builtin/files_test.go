@@ -170,7 +170,7 @@ func TestSpecs(t *testing.T) {
 	// The schema is what the model sees; the registry refuses before the
 	// tool runs.
 	o := r.Call(context.Background(), "read", json.RawMessage(`{"path":"a","offset":0}`))
-	want := "invalid input for tool \"read\"; fix it and call the tool again:\n- at /offset: minimum: got 0, want 1; schema: {\"description\":\"The line number to start at, 1-based (default 1).\",\"minimum\":1,\"type\":\"integer\"}"
+	want := "invalid input for tool \"read\"; fix it and call the tool again:\n- at /offset: minimum: got 0, want at least 1; schema: {\"description\":\"The line number to start at, 1-based (default 1).\",\"minimum\":1,\"type\":\"integer\"}"
 	if !o.IsError || o.Content != want {
 		t.Errorf("Call = %+v, want %q", o, want)
 	}

@@ -316,9 +316,9 @@ func TestSchemas(t *testing.T) {
 		}
 	}
 	tests := []struct{ tool, input, want string }{
-		{"write_memory", `{"key":"k","value":1,"scope":"planet"}`, `- at /scope: value must be one of 'session', 'workflow', 'agent', 'global'; schema: {"description":"Where the memory lives: \"session\" (this conversation; the default), \"workflow\" (this workflow run), \"agent\" (this agent within this workflow run) or \"global\" (shared by all workflows).","enum":["session","workflow","agent","global"],"type":"string"}`},
+		{"write_memory", `{"key":"k","value":1,"scope":"planet"}`, `- at /scope: value must be one of "session", "workflow", "agent", "global"; schema: {"description":"Where the memory lives: \"session\" (this conversation; the default), \"workflow\" (this workflow run), \"agent\" (this agent within this workflow run) or \"global\" (shared by all workflows).","enum":["session","workflow","agent","global"],"type":"string"}`},
 		{"write_memory", `{"key":"k"}`, `- at /value: missing required property "value"; schema: {"description":"The value to store. Any JSON value; integers beyond 2^53 must be sent as strings."}`},
-		{"delete_memory", `{"key":""}`, `- at /key: minLength: got 0, want 1; schema: {"description":"The key, unique within the scope, such as \"user/preferences\" (at most 1024 bytes).","maxLength":1024,"minLength":1,"type":"string"}`},
+		{"delete_memory", `{"key":""}`, `- at /key: minLength: got 0 characters, want at least 1; schema: {"description":"The key, unique within the scope, such as \"user/preferences\" (at most 1024 bytes).","maxLength":1024,"minLength":1,"type":"string"}`},
 		{"delegate", `{"agent_id":"a","message":"m","extra":1}`, `- at /extra: property "extra" is not allowed; allowed properties: "agent_id", "message", "session_id"`},
 		{"handoff", `{}`, `- at /agent_id: missing required property "agent_id"; schema: {"description":"The id of the agent that takes over.","maxLength":256,"minLength":1,"type":"string"}`},
 		{"signal", `{"workflow_id":"w","signal_type":7}`, `- at /signal_type: got number, want string; schema: {"description":"The kind of signal, such as \"user_feedback\" or \"approve\".","maxLength":256,"minLength":1,"type":"string"}`},
