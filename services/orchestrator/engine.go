@@ -120,6 +120,11 @@ type StartRequest struct {
 	// Detached workflows (StartWorkflow) outlive their caller and have no
 	// deadline.
 	Detached bool
+	// Unnamed: a Dispatch that named no workflow, its id generated for
+	// it. Nobody can name the workflow before the call answers, so an
+	// engine may make its creation durable with its first step's result
+	// rather than before its first operator call (journal.Engine does).
+	Unnamed bool
 }
 
 // Fingerprint identifies the request, so a retry is told from a

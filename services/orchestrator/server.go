@@ -69,10 +69,11 @@ func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1
 	// is assigned.
 	in = proto.Clone(in).(*operatorv1.OperatorInput)
 	in.Dispatch = &operatorv1.DispatchContext{CorrelationId: in.GetDispatch().GetCorrelationId(), CausationId: in.GetDispatch().GetCausationId()}
+	unnamed := wfID == "" && !detached
 	if wfID == "" {
 		wfID = NewWorkflowID()
 	}
-	return s.e.Start(ctx, &StartRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached})
+	return s.e.Start(ctx, &StartRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached, Unnamed: unnamed})
 }
 
 // Dispatch implements OrchestratorService.Dispatch.

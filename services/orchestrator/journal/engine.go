@@ -64,6 +64,9 @@ type run struct {
 	stall   chan struct{}
 	// creation, when the run's first write creates the workflow.
 	creation *creation
+	// deferred, when that write waits for the end of the first operator
+	// call (an unnamed Dispatch: see deferral).
+	deferred *deferral
 }
 
 // Stalled runs go again after stallBackoff, doubling to stallBackoffMax.
@@ -107,6 +110,7 @@ func (e *Engine) observable(workflowID, agentID, eventType string, data map[stri
 // Events implements orchestrator.Engine: the workflow's log ends once
 // the workflow has ended and no longer runs here.
 func (e *Engine) Events(_ context.Context, id string, after uint64) ([]*lifecyclev1.LifecycleEvent, bool, error) {
+	e.reveal(id)
 	evs, ended, err := e.j.Events(id, after)
 	if err != nil {
 		return nil, false, err
@@ -168,7 +172,7 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 	if dl, ok := ctx.Deadline(); ok && !req.Detached {
 		rec.Deadline = dl
 	}
-	existing, created, err := e.create(rec)
+	existing, created, err := e.create(rec, req.Unnamed && !req.Detached)
 	if err != nil {
 		return "", false, err
 	}
@@ -213,16 +217,16 @@ func (c *creation) resolve(existing *record, err error) {
 // Dispatch commits once before its operator call. When the id runs here
 // already, or the engine is closing, the record is written on its own
 // (Journal.Create) as before.
-func (e *Engine) create(rec *record) (existing *record, created bool, err error) {
+//
+// With deferred (a Dispatch that named no workflow), create returns at
+// once and the run's first write waits for the end of its first
+// operator call (see deferral); Wait reports a creation that failed.
+func (e *Engine) create(rec *record, deferred bool) (existing *record, created bool, err error) {
 	e.mu.Lock()
 	if r := e.runs[rec.ID]; r != nil || e.base.Err() != nil {
-		var pending *creation
-		if r != nil {
-			pending = r.creation
-		}
 		e.mu.Unlock()
-		if pending != nil {
-			<-pending.done // the run creating this id has written it, or failed to
+		if r != nil {
+			r.reveal() // the run creating this id has written it, or failed to
 		}
 		if existing, created, err = e.j.Create(rec); created {
 			e.launch(rec)
@@ -230,13 +234,132 @@ func (e *Engine) create(rec *record) (existing *record, created bool, err error)
 		return existing, created, err
 	}
 	c := &creation{rec: rec, done: make(chan struct{})}
-	e.start(rec, c)
+	var d *deferral
+	if deferred {
+		d = &deferral{c: c, held: make(chan struct{})}
+	}
+	e.start(rec, c, d)
 	e.mu.Unlock()
+	if deferred {
+		return nil, true, nil
+	}
 	<-c.done
 	if c.existing != nil {
 		return c.existing, false, nil
 	}
 	return nil, c.err == nil, c.err
+}
+
+// deferral is the first write of a workflow that a Dispatch naming no
+// workflow started, held back over its first operator call: the
+// workflow's creation and its first step's intent are committed with
+// the step's result (or whatever the run next commits), so a one-step
+// Dispatch commits once. Nobody was promised the workflow before the
+// Dispatch answers (the caller learns its id from the answer), so a
+// crash during that call loses a workflow nobody knows of: the caller
+// sees UNAVAILABLE and may dispatch again, and the journal has no
+// RUNNING workflow to resume. (The operator called may have acted: an
+// operator call is at-least-once across crashes in any case.)
+//
+// Whoever names the workflow meanwhile (it is listed, or the operator
+// passes on its id) finds it as it would have without the deferral:
+// reveal commits the held write first, from that goroutine, while the
+// run is in its operator call.
+type deferral struct {
+	c *creation
+	// held is closed when the run holds its first write back and calls
+	// the operator; h is the run's host, whose commit reveal may make.
+	held chan struct{}
+	h    *host
+	// mu orders reveal's commit and the run taking its writes back after
+	// the call; state says which came first.
+	mu    sync.Mutex
+	state deferState
+}
+
+type deferState int
+
+const (
+	deferNone     deferState = iota // the run has not held its first write back
+	deferHeld                       // held back over the operator call
+	deferTaken                      // the call ended: the run commits it
+	deferRevealed                   // reveal committed it
+)
+
+// hold says that h holds its first write back and calls the operator.
+func (d *deferral) hold(h *host) {
+	d.mu.Lock()
+	d.h, d.state = h, deferHeld
+	d.mu.Unlock()
+	close(d.held)
+}
+
+// take ends the hold once the operator call returns: from here on the
+// run's next commit makes the write, unless reveal already has.
+func (d *deferral) take() {
+	d.mu.Lock()
+	if d.state == deferHeld {
+		d.state = deferTaken
+	}
+	d.mu.Unlock()
+}
+
+// reveal returns once the workflow is created in the journal (or its
+// creation failed), committing the held write when the run is in its
+// first operator call.
+func (d *deferral) reveal() {
+	select {
+	case <-d.held:
+	case <-d.c.done:
+		return
+	}
+	d.mu.Lock()
+	if d.state == deferHeld {
+		d.state = deferRevealed
+		_ = d.h.commit() // tells d.c how it went
+	}
+	d.mu.Unlock()
+	<-d.c.done
+}
+
+// reveal waits for the run's creation of its workflow, if it creates
+// it: done once the workflow is journaled or will never be.
+func (r *run) reveal() {
+	switch {
+	case r.deferred != nil:
+		r.deferred.reveal()
+	case r.creation != nil:
+		<-r.creation.done
+	}
+}
+
+// reveal makes workflow id durable if it runs here deferred (see
+// deferral), so that whoever names it finds it in the journal.
+func (e *Engine) reveal(id string) {
+	e.mu.Lock()
+	r := e.runs[id]
+	e.mu.Unlock()
+	if r != nil && r.deferred != nil {
+		r.deferred.reveal()
+	}
+}
+
+// revealAll makes every workflow running here deferred durable (see
+// deferral), for a listing.
+func (e *Engine) revealAll() {
+	var ds []*deferral
+	e.mu.Lock()
+	for _, r := range e.runs {
+		if r.deferred != nil {
+			ds = append(ds, r.deferred)
+		}
+	}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Go(d.reveal) // concurrently: the group commit writes them together
+	}
+	wg.Wait()
 }
 
 // spec is the workflow input of rec; records written before the settings
@@ -267,16 +390,17 @@ func (e *Engine) launch(rec *record) {
 	if e.base.Err() != nil {
 		return
 	}
-	e.start(rec, nil)
+	e.start(rec, nil, nil)
 }
 
 // start runs rec's workflow in a goroutine of its own, its first run
-// creating it when c is set. The caller holds e.mu and has checked that
-// it does not run here yet and that the engine is not closing.
-func (e *Engine) start(rec *record, c *creation) {
+// creating it when c is set (once its first operator call ends, when d
+// is set too). The caller holds e.mu and has checked that it does not
+// run here yet and that the engine is not closing.
+func (e *Engine) start(rec *record, c *creation, d *deferral) {
 	ctx, cancel := context.WithCancelCause(e.base)
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(rec.Trace))
-	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{}), creation: c}
+	r := &run{cancel: cancel, done: make(chan struct{}), stall: make(chan struct{}), creation: c, deferred: d}
 	e.runs[rec.ID] = r
 	e.wg.Add(1)
 	e.runOn(func() {
@@ -285,8 +409,8 @@ func (e *Engine) start(rec *record, c *creation) {
 		defer cancel(nil)
 		backoff := stallBackoff
 		for {
-			stalled := e.execute(ctx, rec.ID, c)
-			c = nil
+			stalled := e.execute(ctx, rec.ID, c, d)
+			c, d = nil, nil
 			if stalled != nil && ctx.Err() == nil {
 				// The journal could not be written (a full disk): the
 				// workflow stays RUNNING, and goes again, from what is
@@ -393,13 +517,14 @@ func (e *Engine) progress(id string) {
 // be written (a full disk), leaving the workflow RUNNING.
 //
 // With c set, the workflow exists in memory only: the run creates it
-// with its first write and tells c how that went.
-func (e *Engine) execute(ctx context.Context, id string, c *creation) (stalled error) {
+// with its first write and tells c how that went; with d set too, that
+// write waits for the end of the first operator call (see deferral).
+func (e *Engine) execute(ctx context.Context, id string, c *creation, d *deferral) (stalled error) {
 	var h *host
 	rec := c.record()
 	if rec != nil {
 		h = newHost(e, ctx, rec, 0, map[string]*lookupRecord{})
-		h.creating, h.created = rec, c.resolve
+		h.creating, h.created, h.deferred = rec, c.resolve, d
 	} else {
 		var (
 			logged  uint64
@@ -480,6 +605,16 @@ func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, e
 		}
 		select {
 		case <-r.done:
+			if d := r.deferred; d != nil {
+				// Started by an unnamed Dispatch: Start did not wait for
+				// the workflow's creation, so its failure is told here.
+				switch c := d.c; {
+				case c.err != nil:
+					return nil, c.err
+				case c.existing != nil:
+					return nil, fmt.Errorf("the workflow id %q generated for this Dispatch is taken; dispatch again: %w", id, errs.Unavailable)
+				}
+			}
 		case <-stall:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
@@ -489,6 +624,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (*orchestrator.Workflow, e
 
 // Cancel implements orchestrator.Engine.
 func (e *Engine) Cancel(_ context.Context, id, reason string) (*orchestrator.Workflow, error) {
+	e.reveal(id)
 	var ev *lifecyclev1.LifecycleEvent
 	rec, err := e.j.Update(id, func(r *record) error {
 		if r.terminal() {
@@ -522,6 +658,7 @@ func (e *Engine) Cancel(_ context.Context, id, reason string) (*orchestrator.Wor
 
 // Signal implements orchestrator.Engine.
 func (e *Engine) Signal(_ context.Context, id string, payload []byte, key string) (uint64, bool, error) {
+	e.reveal(id)
 	var ev *lifecyclev1.LifecycleEvent
 	seq, dup, resumed, err := e.j.AddSignal(id, payload, key, func(seq uint64) *lifecyclev1.LifecycleEvent {
 		ev = e.observable(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq})
@@ -545,6 +682,7 @@ func (e *Engine) Signal(_ context.Context, id string, payload []byte, key string
 
 // Get implements orchestrator.Engine.
 func (e *Engine) Get(_ context.Context, id string) (*orchestrator.Workflow, error) {
+	e.reveal(id)
 	rec, err := e.j.Get(id)
 	if err != nil {
 		return nil, err
@@ -554,6 +692,7 @@ func (e *Engine) Get(_ context.Context, id string) (*orchestrator.Workflow, erro
 
 // List implements orchestrator.Engine: newest first.
 func (e *Engine) List(_ context.Context, status orchestratorv1.WorkflowStatus, size int, token string) ([]*orchestrator.Workflow, string, error) {
+	e.revealAll()
 	recs, next, err := e.j.List(status, size, token)
 	if err != nil {
 		return nil, "", err
@@ -571,6 +710,7 @@ func (e *Engine) List(_ context.Context, status orchestratorv1.WorkflowStatus, s
 
 // Steps implements orchestrator.Engine.
 func (e *Engine) Steps(_ context.Context, id string) ([]orchestrator.StepView, error) {
+	e.reveal(id)
 	steps, err := e.j.Steps(id)
 	if err != nil {
 		return nil, err
@@ -596,6 +736,7 @@ func (e *Engine) Steps(_ context.Context, id string) ([]orchestrator.StepView, e
 
 // Signals implements orchestrator.Engine.
 func (e *Engine) Signals(_ context.Context, id string) ([]orchestrator.SignalView, error) {
+	e.reveal(id)
 	sigs, err := e.j.Signals(id)
 	if err != nil {
 		return nil, err

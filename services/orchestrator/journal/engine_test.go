@@ -36,12 +36,15 @@ func (effectsCaller) Call(_ context.Context, a *orchestrator.Agent, in *operator
 	return out, nil
 }
 
-// A dispatch commits once before its operator call and once after
-// (the workflow's creation with its step's intent; the step's result,
-// its effects' outcomes and the end), except that what is held back is
-// committed before an effect acts outside the process: a custom
-// effect's handler finds the step's output journaled, and the outcome
-// of the effect before it. Log effects act on the event log alone.
+// A dispatch that names its workflow commits once before its operator
+// call and once after (the workflow's creation with its step's intent;
+// the step's result, its effects' outcomes and the end), except that
+// what is held back is committed before an effect acts outside the
+// process: a custom effect's handler finds the step's output journaled,
+// and the outcome of the effect before it. Log effects act on the event
+// log alone. One that names none (Unnamed) holds its creation and
+// intent back over the operator call: a one-step dispatch is one
+// commit, and its effects still find what they depend on journaled.
 func TestDispatchCommits(t *testing.T) {
 	j := openT(t, t.TempDir()+"/journal.db")
 	defer j.Close()
@@ -73,12 +76,19 @@ func TestDispatchCommits(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		agent   string
+		unnamed bool
 		commits int
 		effects int
-	}{{"echo", 2, 0}, {"logs", 2, 2}, {"custom", 4, 2}} {
-		t.Run(tt.agent, func(t *testing.T) {
+	}{{"echo", false, 2, 0}, {"logs", false, 2, 2}, {"custom", false, 4, 2},
+		{"echo", true, 1, 0}, {"logs", true, 1, 2}, {"custom", true, 3, 2}} {
+		name := fmt.Sprintf("%s/unnamed=%v", tt.agent, tt.unnamed)
+		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			handled = nil // this workflow's
+			mu.Unlock()
 			tx0 := lastTx(t, j)
-			id, _, err := e.Start(ctx, &orchestrator.StartRequest{WorkflowID: "wf-" + tt.agent, AgentID: tt.agent, Input: &operatorv1.OperatorInput{Message: content.Text("go")}})
+			id, _, err := e.Start(ctx, &orchestrator.StartRequest{WorkflowID: "wf-" + name, AgentID: tt.agent, Unnamed: tt.unnamed,
+				Input: &operatorv1.OperatorInput{Message: content.Text("go")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +102,7 @@ func TestDispatchCommits(t *testing.T) {
 				}
 			}
 			if n := lastTx(t, j) - tx0; n != tt.commits {
-				t.Errorf("%d commits for a dispatch of %s; want %d", n, tt.agent, tt.commits)
+				t.Errorf("%d commits for a dispatch of %s; want %d", n, name, tt.commits)
 			}
 		})
 	}

@@ -36,6 +36,16 @@ import (
 // applies again, under the same idempotency key, the effect whose
 // outcome was held back. A workflow's creation waits for its first
 // write too (Engine.Start).
+//
+// One exception, which makes a one-step Dispatch one commit: a workflow
+// that a Dispatch naming no workflow started holds its first write (its
+// creation, its first step's intent) back over its first operator call,
+// to the next commit (the step's result, or the sync before an effect,
+// or the next step's intent). Nothing outside the process depends on it
+// durably until the Dispatch answers: the caller cannot name the
+// workflow before, and whoever else names it meanwhile commits it
+// first (see deferral). A crash during that call loses the workflow,
+// which nobody was promised; the caller sees UNAVAILABLE.
 type host struct {
 	e   *Engine
 	id  string
@@ -69,8 +79,11 @@ type host struct {
 	// the events it published meanwhile (unsent) go out once it exists.
 	// notCreated is why that commit failed: the run stops, writing
 	// nothing.
-	creating   *record
-	created    func(existing *record, err error)
+	creating *record
+	created  func(existing *record, err error)
+	// deferred, until the first operator call, holds the creation back
+	// over that call (see deferral).
+	deferred   *deferral
 	unsent     []*lifecyclev1.LifecycleEvent
 	notCreated error
 	// broken is an event that could not be encoded: the next commit
@@ -286,37 +299,50 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		built  *operatorv1.OperatorInput
 		st     *stepRecord
 		replay bool
+		err    error
 	)
-	err := h.commit(beginStep(c.N, func(w *wtx, pending []*signalRecord) (*stepRecord, error) {
-		a, err := h.e.deps.Registry.LookupRevision(c.Agent, c.Info.Revision)
-		if err != nil {
+	d := h.deferred
+	h.deferred = nil
+	if d != nil && h.creating != nil {
+		// The workflow's creation and this intent are held back over the
+		// call (see deferral).
+		if agent, built, st, err = h.intent(c); err != nil {
 			return nil, err
 		}
-		agent = a
-		sigs := make([]orchestrator.Signal, len(pending))
-		for i, s := range pending {
-			sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
-		}
-		in, seqs, err := orchestrator.BuildInput(a, c, h.id, sigs, func(n uint64) (*operatorv1.OperatorOutput, error) {
-			if out := h.outputs[n]; out != nil {
-				return out, nil
-			}
-			st, err := stepOutput(w.b, n)
+		h.hold(putStep(c.N, st.marshal()))
+	} else {
+		d = nil
+		err = h.commit(beginStep(c.N, func(w *wtx, pending []*signalRecord) (*stepRecord, error) {
+			a, err := h.e.deps.Registry.LookupRevision(c.Agent, c.Info.Revision)
 			if err != nil {
 				return nil, err
 			}
-			return decodeOutput(st, n)
-		})
-		if err != nil {
-			return nil, err
-		}
-		raw, err := proto.Marshal(in)
-		if err != nil {
-			return nil, err
-		}
-		built = in
-		return &stepRecord{Agent: c.Agent, Input: raw, Signals: seqs, Started: time.Now()}, nil
-	}, &st, &replay))
+			agent = a
+			sigs := make([]orchestrator.Signal, len(pending))
+			for i, s := range pending {
+				sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
+			}
+			in, seqs, err := orchestrator.BuildInput(a, c, h.id, sigs, func(n uint64) (*operatorv1.OperatorOutput, error) {
+				if out := h.outputs[n]; out != nil {
+					return out, nil
+				}
+				st, err := stepOutput(w.b, n)
+				if err != nil {
+					return nil, err
+				}
+				return decodeOutput(st, n)
+			})
+			if err != nil {
+				return nil, err
+			}
+			raw, err := proto.Marshal(in)
+			if err != nil {
+				return nil, err
+			}
+			built = in
+			return &stepRecord{Agent: c.Agent, Input: raw, Signals: seqs, Started: time.Now()}, nil
+		}, &st, &replay))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +377,13 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		}
 	}
 	started := time.Now()
+	if d != nil {
+		d.hold(h)
+	}
 	out, err := h.call(c, agent, in)
+	if d != nil {
+		d.take() // from here on this run's state is its own again
+	}
 	if err != nil {
 		if h.ctx.Err() != nil {
 			return nil, context.Cause(h.ctx) // stopped, not failed: a resume calls again
@@ -384,6 +416,30 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 	res.Signals = st.Signals
 	res.Duration = time.Since(started)
 	return res, nil
+}
+
+// intent is the first step of a workflow that exists in memory only,
+// built as beginStep would plan it: it has no signals, and no earlier
+// steps to read outputs from.
+func (h *host) intent(c *orchestrator.StepCall) (*orchestrator.Agent, *operatorv1.OperatorInput, *stepRecord, error) {
+	a, err := h.e.deps.Registry.LookupRevision(c.Agent, c.Info.Revision)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	in, seqs, err := orchestrator.BuildInput(a, c, h.id, nil, func(n uint64) (*operatorv1.OperatorOutput, error) {
+		if out := h.outputs[n]; out != nil {
+			return out, nil
+		}
+		return nil, fmt.Errorf("step %d of a new workflow refers to step %d, which it has not run: %w", c.N, n, errs.Internal)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	raw, err := proto.Marshal(in)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return a, in, &stepRecord{Agent: c.Agent, Input: raw, Signals: seqs, Started: time.Now()}, nil
 }
 
 func decodeOutput(st *stepRecord, n uint64) (*operatorv1.OperatorOutput, error) {

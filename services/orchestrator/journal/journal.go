@@ -698,6 +698,18 @@ func beginStep(n uint64, plan func(w *wtx, pending []*signalRecord) (*stepRecord
 	}
 }
 
+// putStep stores step n as raw, a stepRecord in its binary form, as
+// beginStep stores a step it plans (a workflow's first step, planned
+// before the workflow was written: Engine.create's deferral).
+func putStep(n uint64, raw []byte) op {
+	return func(w *wtx) error {
+		if _, err := w.change(); err != nil {
+			return err
+		}
+		return w.b.Put(stepKey(n), raw)
+	}
+}
+
 // FinishStep stores step n's result and applies update to the record,
 // alone in a write (see finishStep).
 func (j *Journal) FinishStep(id string, n uint64, s *stepRecord, update func(r *record), also ...op) error {
