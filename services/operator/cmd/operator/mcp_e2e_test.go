@@ -38,6 +38,13 @@ type upperArgs struct {
 
 // serveStdioMCP serves "add" on stdin/stdout until the client leaves.
 func serveStdioMCP() int {
+	if f := os.Getenv(mcpStartsEnv); f != "" {
+		// agents_e2e_test.go counts the starts of this server.
+		if err := appendLine(f, strconv.Itoa(os.Getpid())); err != nil {
+			fmt.Fprintln(os.Stderr, "recording the start:", err)
+			return 1
+		}
+	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "calc", Version: "v0.0.1"}, nil)
 	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "Add two integers."},
 		func(_ context.Context, _ *sdk.CallToolRequest, in addArgs) (*sdk.CallToolResult, any, error) {
