@@ -7,6 +7,8 @@ type OpenOption func(*openOptions)
 
 type openOptions struct {
 	log *slog.Logger
+	// noSync: see WithoutSync.
+	noSync bool
 }
 
 // WithLogger sets the logger on which Open reports its check of the file
@@ -23,3 +25,9 @@ func WithLogger(log *slog.Logger) OpenOption {
 		}
 	}
 }
+
+// WithoutSync opens the journal without fsyncs (bbolt's NoSync): a
+// commit is in the page cache only, and a crash of the machine may lose
+// or tear it. NOT a production mode, and no flag sets it: benchmarks use
+// it to show what a dispatch costs without the disk's fsyncs.
+func WithoutSync() OpenOption { return func(o *openOptions) { o.noSync = true } }

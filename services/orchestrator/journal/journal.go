@@ -249,6 +249,7 @@ func Open(path string, lockTimeout time.Duration, opts ...OpenOption) (*Journal,
 		Timeout:        lockTimeout,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		NoSync:         o.noSync,
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("open journal %s: %w (waited %s)", path, errJournalLocked, lockTimeout)

@@ -136,6 +136,9 @@ type Config struct {
 	// to release journal.db (--lock-timeout, default
 	// journal.DefaultLockTimeout).
 	LockTimeout time.Duration
+	// JournalOptions are added to journal.Open's. No flag sets them:
+	// benchmarks use journal.WithoutSync, which is not a production mode.
+	JournalOptions []journal.OpenOption
 	// Retention deletes a finished workflow (COMPLETED, FAILED,
 	// CANCELED) from the bolt backend's journal once it ended this long
 	// ago (--retention, default DefaultRetention; at least
@@ -380,7 +383,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		path := filepath.Join(cfg.DataDir, "journal.db")
-		j, err := journal.Open(path, cfg.LockTimeout, journal.WithLogger(log))
+		j, err := journal.Open(path, cfg.LockTimeout, append([]journal.OpenOption{journal.WithLogger(log)}, cfg.JournalOptions...)...)
 		if err != nil {
 			return err
 		}
