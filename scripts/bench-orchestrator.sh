@@ -5,15 +5,21 @@
 # commits per dispatch and the disk's fsync floor, as tables. Each round is
 # three processes, run COUNT times (default 3); medians are reported.
 #   Dispatch     gRPC client -> orchestrator (full server chain, bbolt
-#                journal) -> trivial operator (no model, no effects)
+#                journal) -> trivial operator (no model, no effects); no
+#                workflow_id, so one journal commit per dispatch
+#   DispatchNoSync  the same with the journal opened without fsyncs
+#                (journal.WithoutSync): NOT a production mode, nothing is
+#                durable; it splits Dispatch's gap to the echo into the
+#                disk's fsync and the rest (gRPC hop, chain, journal CPU)
 #   DispatchTemporal  the same on the Temporal backend, against a Temporal
 #                dev server (SQLite) started for the run; its CPU column is
 #                the orchestrator process only, not the Temporal server's
 #   Echo         the same client -> that trivial operator on a bare
 #                grpc-go server (run in the same process as Dispatch)
 #   JournalDispatch  Start + Wait of a one-step workflow on the journal
-#                engine alone (operator answered in process, no gRPC):
-#                its commits per dispatch, fsynced
+#                engine alone (operator answered in process, no gRPC), as
+#                a Dispatch naming no workflow: its commits per dispatch,
+#                fsynced
 #   JournalStep  BeginStep + FinishStep on the journal alone, fsynced, with
 #                group commit at c=64
 # Each at concurrency 1 and 64. See services/orchestrator/benchmark/doc.go.
@@ -32,7 +38,7 @@ benchtime=${BENCHTIME:-2s}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for _ in $(seq "$count"); do
-  go test -run '^$' -bench '^Benchmark(Dispatch|DispatchTemporal|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
+  go test -run '^$' -bench '^Benchmark(Dispatch|DispatchNoSync|DispatchTemporal|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
   go test -run '^$' -bench '^BenchmarkJournal(Dispatch|Step)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/journal | grep '^Benchmark' | tee -a "$out" >&2
 done
 
@@ -87,6 +93,8 @@ END {
       floor = sprintf("%.0f commits x 2 fsyncs x %.0f µs: <= %.0f/s = %.1f%% of echo", commits1, fsync, fl, 100 * fl / eops)
     }
     if (dops != "") printf "| Dispatch | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", c, dops, m(d, "p50-us"), m(d, "p99-us"), m(d, "cpu-us/op"), m(d, "allocs/op"), ratio, verdict, floor
+    u = "DispatchNoSync/c=" c; uops = m(u, "ops/s")
+    if (uops != "") printf "| DispatchNoSync (no fsync: not durable, not a production mode) | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f%% | (none) | the rest: gRPC hop, chain, journal CPU |\n", c, uops, m(u, "p50-us"), m(u, "p99-us"), m(u, "cpu-us/op"), m(u, "allocs/op"), (eops > 0 ? 100 * uops / eops : 0)
     t = "DispatchTemporal/c=" c; tops = m(t, "ops/s")
     if (tops != "") printf "| DispatchTemporal | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f%% | (none) | |\n", c, tops, m(t, "p50-us"), m(t, "p99-us"), m(t, "cpu-us/op"), m(t, "allocs/op"), (eops > 0 ? 100 * tops / eops : 0)
     if (eops != "") printf "| Echo | %d | %.0f | %.0f | %.0f | %.0f | %.0f | (baseline) | | |\n", c, eops, m(e, "p50-us"), m(e, "p99-us"), m(e, "cpu-us/op"), m(e, "allocs/op")
@@ -103,10 +111,13 @@ END {
     if (n[j]) printf "| JournalStep (BeginStep + FinishStep) | %d | %.1f | %.0f | %.0f | %.0f | | %.0f | %.3f | %.3f | %.0f |\n", c, m(j, "us/step"), m(j, "steps/s"), m(j, "p50-us"), m(j, "p99-us"), m(j, "allocs/op"), m(j, "commits/step"), 2 * m(j, "commits/step"), m(j, "fsync-us")
   }
   print ""
-  print "A dispatch is two gRPC hops plus two journal commits: the workflow'"'"'s creation with its step'"'"'s"
-  print "intent before the operator call, the step'"'"'s result with the workflow'"'"'s end after it. bbolt"
+  print "A dispatch naming no workflow is two gRPC hops plus one journal commit: the workflow'"'"'s"
+  print "creation and its step'"'"'s intent are held back over the operator call and committed with the"
+  print "step'"'"'s result and the workflow'"'"'s end (naming a workflow adds a commit before the call). bbolt"
   print "fsyncs each commit twice (pages, then meta); at c=64 the group commit shares them between"
-  print "workflows (commits / op below 1). fsync µs is one 4 KiB overwrite + fsync in the same"
+  print "workflows (commits / op below 1). DispatchNoSync is Dispatch without those fsyncs (not"
+  print "durable; a benchmark only): Dispatch minus it is the fsync'"'"'s share of the gap to the echo."
+  print "fsync µs is one 4 KiB overwrite + fsync in the same"
   print "directory (median of 21, per run): the floor of the disk under the journal; the floor"
   print "column uses the lowest of the runs. CPU µs / op is the whole process (client, servers"
   print "and journal; kernel time of fsync included)."

@@ -26,6 +26,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/services/orchestrator/journal"
 	"github.com/secbear/neuron/services/orchestrator/serve"
 	"github.com/secbear/neuron/services/state"
 )
@@ -43,6 +44,19 @@ const agentID = "echo"
 func BenchmarkDispatch(b *testing.B) {
 	log := discardLogger(b)
 	benchDispatch(b, startOrchestrator(b, log, startOperator(b)))
+}
+
+// BenchmarkDispatchNoSync is BenchmarkDispatch over a journal opened
+// without fsyncs (journal.WithoutSync): the same gRPC hops, server chain
+// and journal writes, with no durability. NOT a production mode: it
+// shows how much of a dispatch is the disk's fsync and how much the rest
+// (two gRPC hops, the journal's CPU, the operator process).
+func BenchmarkDispatchNoSync(b *testing.B) {
+	log := discardLogger(b)
+	cfg := config(b, log, startOperator(b))
+	cfg.Backend, cfg.DataDir = serve.BackendBolt, b.TempDir()
+	cfg.JournalOptions = []journal.OpenOption{journal.WithoutSync()}
+	benchDispatch(b, serveOrchestrator(b, cfg))
 }
 
 // BenchmarkDispatchTemporal is BenchmarkDispatch on the Temporal backend,

@@ -21,13 +21,21 @@
 // echo: Execute returning the request's message) on a bare grpc.NewServer
 // with no interceptors, called directly. No new proto is involved. A
 // dispatch is, on top of one echo, one more gRPC hop through the full
-// server chain and two journal commits, each fsynced twice by bbolt
-// (pages, then meta): the workflow's creation with its step's intent
-// before the operator call, and the step's result with the workflow's
-// end after it. At concurrency 1 those four fsyncs, one after another,
-// bound the throughput whatever the CPU does (the fsync floor the
-// script prints); at 64 the group commit shares them between
-// workflows.
+// server chain and one journal commit, fsynced twice by bbolt (pages,
+// then meta): a Dispatch that names no workflow holds the workflow's
+// creation and its step's intent back over the operator call and
+// commits them with the step's result and the workflow's end (one that
+// names its workflow commits before the call too: two). At concurrency
+// 1 those two fsyncs, one after the other, bound the throughput whatever
+// the CPU does (the fsync floor the script prints); at 64 the group
+// commit shares them between workflows.
+//
+// BenchmarkDispatchNoSync is BenchmarkDispatch with the journal opened
+// without fsyncs (journal.WithoutSync, bbolt's NoSync): NOT a production
+// mode, nothing it acknowledges is durable. Beside the two others it
+// splits the gap between Dispatch and the echo into the disk's fsync
+// (Dispatch minus DispatchNoSync) and the rest: the second gRPC hop and
+// server chain, the journal's CPU, the engine.
 //
 // Both run at concurrency 1 and 64 (explicit goroutines sharing one
 // client connection) and report throughput (dispatches/s or calls/s),
