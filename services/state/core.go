@@ -20,7 +20,11 @@ type core struct {
 	tokens tokenSigner
 }
 
-var marshalValue = proto.MarshalOptions{Deterministic: true}
+// marshalValue encodes a value for storage. Not Deterministic: nothing
+// compares stored bytes (a read decodes them, idempotency compares keys),
+// and sorting every Struct's keys doubled the cost of encoding a
+// conversation entry, a twentieth of a State Write's CPU.
+var marshalValue = proto.MarshalOptions{}
 
 func unmarshalValue(raw []byte) (*structpb.Value, error) {
 	v := new(structpb.Value)
