@@ -111,8 +111,13 @@ END {
   print "commit. Peak RSS is each process'"'"'s VmHWM over the measurement."
 }' "$out"
 
-# Where the CPU goes: each profile's samples per process, by category (the
-# first that matches anywhere on the stack, in the order listed).
+# Where the CPU goes: each profile's samples per process, by category. A
+# sample counts for the category of the innermost frame of its stack that
+# has one (an allocation counts for the code that allocated, a write(2)
+# for the kernel); within a frame, the first category listed that matches.
+# (Matching anywhere on the stack instead put everything a handler did
+# under "protobuf", since go-grpc-middleware's protovalidate interceptor
+# is on every handler's stack.)
 if [[ -n "${PERF_DIR:-}" ]]; then
   for data in "$PERF_DIR"/*.data; do
     [[ -e "$data" ]] || continue
@@ -122,32 +127,37 @@ if [[ -n "${PERF_DIR:-}" ]]; then
     perf script -i "$data" -F pid,ip,sym 2>/dev/null | awk -v pids="${data%.data}.pids" '
 BEGIN {
   while ((getline line < pids) > 0) { split(line, f, " "); name[f[1]] = f[2] }
-  ncat = split("GC|bleve index|fsync|bbolt|logging|JSON|protobuf (protojson, protovalidate)|HTTP client (model calls)|gRPC + HTTP/2|syscalls (network, futex)|Go scheduler|other", cats, "|")
+  ncat = split("GC|bleve index|fsync|bbolt|logging|JSON|protobuf (encoding, protovalidate)|HTTP client (model calls)|gRPC + HTTP/2|kernel (network, futex, sleep)|Go scheduler|neuron code|other", cats, "|")
 }
-function classify(s) {
-  if (s ~ /runtime\.gcBgMarkWorker|runtime\.gcAssistAlloc|runtime\.bgsweep|runtime\.bgscavenge|runtime\.gcStart|runtime\.markroot/) return "GC"
+function category(s) {
+  if (s ~ /runtime\.(gcBgMarkWorker|gcAssistAlloc|bgsweep|bgscavenge|gcStart|markroot|gcDrain|scanobject|sweepone)/) return "GC"
   if (s ~ /blevesearch/) return "bleve index"
   if (s ~ /fsync|fdatasync/) return "fsync"
   if (s ~ /go\.etcd\.io\/bbolt/) return "bbolt"
   if (s ~ /log\/slog|pkg\/logging/) return "logging"
   if (s ~ /encoding\/json|protojson|apijson|apiform|gjson|sjson/) return "JSON"
-  if (s ~ /google\.golang\.org\/protobuf|protovalidate|cel-go/) return "protobuf (protojson, protovalidate)"
+  if (s ~ /google\.golang\.org\/protobuf|buf\.build\/go\/protovalidate|cel-go/) return "protobuf (encoding, protovalidate)"
   if (s ~ /net\/http\.|openai-go/) return "HTTP client (model calls)"
   if (s ~ /google\.golang\.org\/grpc|golang\.org\/x\/net\/http2/) return "gRPC + HTTP/2"
-  if (s ~ /entry_SYSCALL|syscall\.Syscall|internal\/runtime\/syscall/) return "syscalls (network, futex)"
+  if (s ~ /entry_SYSCALL|syscall\.Syscall|internal\/runtime\/syscall/) return "kernel (network, futex, sleep)"
   if (s ~ /runtime\.(schedule|findRunnable|park_m|mcall|sysmon|goschedImpl|notesleep|futexsleep|stopm|startm|wakep)/) return "Go scheduler"
+  if (s ~ /secbear\/neuron\/(services|pkg)\//) return "neuron code"
+  return ""
+}
+function classify(   i, c) {
+  for (i = 1; i <= nf; i++) if ((c = category(frames[i])) != "") return c
   return "other"
 }
 function flush(   p) {
   if (pid != "") {
     p = (pid in name) ? name[pid] : "children"  # the sandboxed operators
-    cnt[p, classify(stack)]++; tot[p]++
+    cnt[p, classify()]++; tot[p]++
     if (!(p in seen)) { seen[p] = 1; order[++np] = p }
   }
-  pid = ""; stack = ""
+  pid = ""; nf = 0
 }
 /^$/ { flush(); next }
-/^\t/ { stack = stack " " $2; next }
+/^\t/ { frames[++nf] = $2; next }
 { flush(); pid = $1 }
 END {
   flush()
