@@ -121,6 +121,7 @@ func startState(t *testing.T) string {
 
 // orch is an orchestrator under test with its clients.
 type orch struct {
+	addr   string
 	agents agentv1.AgentServiceClient
 	orch   orchestratorv1.OrchestratorServiceClient
 	stop   func()
@@ -150,7 +151,7 @@ func startOrch(t *testing.T, dir, stateAddr, registry string) *orch {
 		})
 	})
 	cc := harness.Dial(t, addr)
-	return &orch{agents: agentv1.NewAgentServiceClient(cc), orch: orchestratorv1.NewOrchestratorServiceClient(cc),
+	return &orch{addr: addr, agents: agentv1.NewAgentServiceClient(cc), orch: orchestratorv1.NewOrchestratorServiceClient(cc),
 		stop: func() { stopRun(); <-returned }}
 }
 
