@@ -130,7 +130,7 @@ EOF
 # LifecycleService.Publish only.
 {
 	echo '{"principals": ['
-	printf '  {"name": "client", "tokens": ["%s"], "allow": ["/layer0.orchestrator.v1.OrchestratorService/*", "/layer0.lifecycle.v1.LifecycleService/Subscribe"]}' "$client"
+	printf '  {"name": "client", "tokens": ["%s"], "allow": ["/layer0.orchestrator.v1.OrchestratorService/*", "/layer0.agent.v1.AgentService/*", "/layer0.lifecycle.v1.LifecycleService/Subscribe"]}' "$client"
 	if $lifecycle; then
 		printf ',\n  {"name": "operator", "tokens": ["%s"], "allow": ["/layer0.lifecycle.v1.LifecycleService/Publish"]}' "$operator_lifecycle"
 	fi
