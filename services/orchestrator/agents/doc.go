@@ -24,11 +24,13 @@
 // # Caching
 //
 // Dispatch must not pay a State round trip per call when nothing
-// changed: Lookup serves a definition from memory for CacheTTL (default
-// DefaultCacheTTL, two seconds) after reading it. This replica's own
+// changed: Lookup serves a definition from memory for the Store's TTL
+// (NewStore; DefaultCacheTTL, two seconds) after reading it. This replica's own
 // writes (CreateAgent, UpdateAgent, DeleteAgent through this Store)
 // replace or drop the cached entry at once; a change made through
-// another replica is seen here at the latest CacheTTL later. A revision's
+// another replica is seen here at the latest a TTL later. While the
+// State service is unreachable, Lookup answers with the definition it
+// read last, however old, rather than failing the dispatch. A revision's
 // definition never changes, so LookupRevision's answers are kept (up to
 // maxPinned of them) without expiry.
 //

@@ -347,6 +347,13 @@ func (s *Store) forget(name string) {
 	delete(s.cache, name)
 }
 
+// cached returns the cached agent name, fresh or not.
+func (s *Store) cached(name string) *orchestrator.Agent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache[name].agent
+}
+
 // fresh returns the cached agent name while it is fresh.
 func (s *Store) fresh(name string) *orchestrator.Agent {
 	s.mu.Lock()
@@ -368,6 +375,13 @@ func (s *Store) Lookup(id string) (*orchestrator.Agent, error) {
 	defer cancel()
 	a, _, err := s.read(ctx, id)
 	if err != nil {
+		// The State service is down or slow: a definition read before is
+		// better than failing the dispatch; it is read again next time.
+		if errors.Is(err, errs.Unavailable) || errors.Is(err, context.DeadlineExceeded) {
+			if stale := s.cached(id); stale != nil {
+				return stale, nil
+			}
+		}
 		return nil, err
 	}
 	if a == nil {
