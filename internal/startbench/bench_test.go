@@ -39,36 +39,53 @@ type target struct {
 	// envPrefix: the benchmark's own variables with this prefix are not
 	// passed on, so that flags are the whole configuration.
 	envPrefix string
+	// needsState: a State service is started (from the state target's
+	// binary, before any clock) for the binary to use, and its address
+	// passed in env.stateAddr.
+	needsState bool
 	// args is the command line for a process listening on addr, with
-	// its data under dir (kept between iterations). bins holds the
-	// built binaries by name.
-	args func(addr, dir string, bins map[string]string) []string
+	// its data under dir (kept between iterations).
+	args func(addr, dir string, env runEnv) []string
+}
+
+// runEnv is what a target's command line may refer to.
+type runEnv struct {
+	// bins holds the built binaries by target name.
+	bins map[string]string
+	// stateAddr is the address of a serving State service, for a target
+	// with needsState.
+	stateAddr string
 }
 
 var targets = []target{
 	{name: "bare", pkg: "github.com/secbear/neuron/internal/startbench/testdata/bare",
-		args: func(addr, _ string, _ map[string]string) []string { return []string{"--addr", addr} }},
+		args: func(addr, _ string, _ runEnv) []string { return []string{"--addr", addr} }},
 	{name: "state", pkg: "github.com/secbear/neuron/services/state/cmd/state", envPrefix: "NEURON_STATE",
-		args: func(addr, dir string, _ map[string]string) []string {
+		args: func(addr, dir string, _ runEnv) []string {
 			return []string{"--dev", "--addr", addr, "--data-dir", filepath.Join(dir, "state")}
 		}},
 	{name: "operator", pkg: "github.com/secbear/neuron/services/operator/cmd/operator", envPrefix: "NEURON_OPERATOR",
-		args: func(addr, dir string, _ map[string]string) []string {
+		args: func(addr, dir string, _ runEnv) []string {
 			return []string{"--dev", "--addr", addr, "--workspace", filepath.Join(dir, "workspace")}
 		}},
 	{name: "orchestrator", pkg: "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator", envPrefix: "NEURON_ORCHESTRATOR",
-		args: func(addr, dir string, _ map[string]string) []string {
-			// The State service is dialled lazily, on the first memory
-			// effect: an address nothing listens on is enough to serve.
+		// The agent definitions live in the State service (the --agents
+		// file seeds them at start), so the orchestrator is measured
+		// with a State service serving beside it, started once before
+		// its clock, as a deployment has one. (Before ea7c3c3 State
+		// was dialled lazily and an address nothing listened on was
+		// enough; with that address the orchestrator never serves now.)
+		needsState: true,
+		args: func(addr, dir string, env runEnv) []string {
 			return []string{"--dev", "--addr", addr, "--agents", filepath.Join(dir, "agents.yaml"),
-				"--data-dir", filepath.Join(dir, "journal"), "--state-addr", "127.0.0.1:1"}
+				"--data-dir", filepath.Join(dir, "journal"), "--state-addr", env.stateAddr}
 		}},
 	{name: "environment", pkg: "github.com/secbear/neuron/services/environment/cmd/environment", envPrefix: "NEURON_ENVIRONMENT",
-		args: func(addr, dir string, bins map[string]string) []string {
+		args: func(addr, dir string, env runEnv) []string {
 			// The process backend, the default: it checks that the
 			// operator binary is executable and runs nothing until a Run.
 			return []string{"--dev", "--addr", addr, "--data-dir", filepath.Join(dir, "environment"),
-				"--operator-binary", bins["operator"]}
+				"--operator-binary", env.bins["operator"]}
 		}},
 }
 
@@ -96,7 +113,11 @@ func BenchmarkStartup(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			start := func() sample { return startOnce(b, tg, bins, dir) }
+			env := runEnv{bins: bins}
+			if tg.needsState {
+				env.stateAddr = startState(b, bins, dir)
+			}
+			start := func() sample { return startOnce(b, tg, env, dir) }
 			start() // warm-up: the page cache, and the data directory created
 			var samples []sample
 			for b.Loop() {
@@ -135,6 +156,26 @@ func evict(path string) error {
 	return nil
 }
 
+// startState starts a State service (the state target's binary, as the
+// state target runs it) with its data under dir, waits until it is
+// SERVING and returns its address. It is stopped when b ends.
+func startState(b *testing.B, bins map[string]string, dir string) string {
+	b.Helper()
+	addr := proc.FreeAddr(b)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	p := proc.Start(b, bins["state"], proc.Options{Name: "state", LogPath: filepath.Join(dir, "state-dep.log"), EnvPrefix: "NEURON_STATE"},
+		"--dev", "--addr", addr, "--data-dir", filepath.Join(dir, "state-dep"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p.WaitServing(ctx, b, healthpb.NewHealthClient(conn), "", 10*time.Millisecond)
+	b.Cleanup(func() { p.Terminate(b) })
+	return addr
+}
+
 // sample is one start of one binary.
 type sample struct {
 	serving time.Duration
@@ -144,7 +185,7 @@ type sample struct {
 
 // startOnce starts tg's binary, waits until it is SERVING, leaves it
 // idle, reads its memory and stops it.
-func startOnce(b *testing.B, tg target, bins map[string]string, dir string) sample {
+func startOnce(b *testing.B, tg target, env runEnv, dir string) sample {
 	b.Helper()
 	addr := proc.FreeAddr(b)
 	conn, err := grpc.NewClient(addr,
@@ -157,11 +198,11 @@ func startOnce(b *testing.B, tg target, bins map[string]string, dir string) samp
 	}
 	defer conn.Close()
 	health := healthpb.NewHealthClient(conn)
-	args := tg.args(addr, dir, bins)
+	args := tg.args(addr, dir, env)
 	logPath := filepath.Join(dir, tg.name+".log")
 
 	t0 := time.Now()
-	p := proc.Start(b, bins[tg.name], proc.Options{Name: tg.name, LogPath: logPath, EnvPrefix: tg.envPrefix}, args...)
+	p := proc.Start(b, env.bins[tg.name], proc.Options{Name: tg.name, LogPath: logPath, EnvPrefix: tg.envPrefix}, args...)
 	p.WaitServing(context.Background(), b, health, "", poll)
 	serving := time.Since(t0)
 	cpu, err := cpuTime(p.Pid())
