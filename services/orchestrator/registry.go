@@ -97,11 +97,13 @@ type AgentDefaults struct {
 	// means no tools at all.
 	AllowedTools   []string
 	SystemAddendum string
-	// Instructions is the agent's system prompt (AgentDefinition
-	// instructions). TODO(issue 20): sent to the operator once
-	// OperatorConfig has a field for it; until then Apply appends it to
-	// the system addendum.
+	// Instructions is the agent's system prompt (OperatorConfig
+	// instructions: it replaces the operator's own).
 	Instructions string
+	// MCPServers are the agent's own MCP servers and ModelParameters its
+	// model's parameters (OperatorConfig mcp_servers, model_parameters).
+	MCPServers      []*operatorv1.McpServer
+	ModelParameters *operatorv1.ModelParameters
 	// SearchableHistory makes the conversation history of its invocations
 	// full-text indexed by the State service (off: stored, not indexed).
 	SearchableHistory bool
@@ -317,8 +319,9 @@ func (r *Registry) Agents() []*Agent {
 }
 
 // Apply returns a copy of in with the agent's defaults filled where the
-// input's OperatorConfig leaves a field unset: max_turns, model and
-// system_addendum when absent, max_cost and max_duration when nil,
+// input's OperatorConfig leaves a field unset: max_turns, model,
+// system_addendum and instructions when absent, mcp_servers when empty,
+// model_parameters when nil, max_cost and max_duration when nil,
 // allowed_tools when the AllowedTools wrapper is nil (a present wrapper,
 // even an empty one, is kept). The agent's metadata is merged into the
 // input's; keys of the input win. in is never modified; nil counts as an
@@ -348,16 +351,20 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.AllowedTools == nil && d.AllowedTools != nil {
 		cfg.AllowedTools = &operatorv1.AllowedTools{Names: append([]string{}, d.AllowedTools...)}
 	}
-	// TODO(issue 20): OperatorConfig has no instructions field yet (the
-	// operator's part of the issue adds it); until then the instructions
-	// go first in the addendum, which the operator appends to its own
-	// prompt instead of replacing it.
-	addendum := d.SystemAddendum
-	if d.Instructions != "" {
-		addendum = strings.TrimSpace(d.Instructions + "\n\n" + addendum)
+	if cfg.SystemAddendum == nil && d.SystemAddendum != "" {
+		cfg.SystemAddendum = proto.String(d.SystemAddendum)
 	}
-	if cfg.SystemAddendum == nil && addendum != "" {
-		cfg.SystemAddendum = proto.String(addendum)
+	if cfg.Instructions == nil && d.Instructions != "" {
+		cfg.Instructions = proto.String(d.Instructions)
+	}
+	if len(cfg.McpServers) == 0 && len(d.MCPServers) > 0 {
+		cfg.McpServers = make([]*operatorv1.McpServer, len(d.MCPServers))
+		for i, s := range d.MCPServers {
+			cfg.McpServers[i] = proto.CloneOf(s)
+		}
+	}
+	if cfg.ModelParameters == nil && d.ModelParameters != nil {
+		cfg.ModelParameters = proto.CloneOf(d.ModelParameters)
 	}
 	if cfg.SearchableHistory == nil && d.SearchableHistory {
 		cfg.SearchableHistory = proto.Bool(true)

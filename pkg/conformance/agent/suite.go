@@ -313,6 +313,9 @@ func (s *suite) invalid(t *testing.T) {
 		{"MCP server without a transport", "mcp_servers", func(a *agentv1.Agent) {
 			a.Definition.Tools = &agentv1.Tools{McpServers: []*agentv1.McpServer{{Name: "none"}}}
 		}},
+		{"MCP server name the operator refuses", "mcp_servers", func(a *agentv1.Agent) {
+			a.Definition.Tools = &agentv1.Tools{McpServers: []*agentv1.McpServer{{Name: "a__b", Transport: &agentv1.McpServer_Stdio{Stdio: &agentv1.StdioTransport{Command: "x"}}}}}
+		}},
 		{"allowlist naming a missing agent", "allowed_agents", func(a *agentv1.Agent) {
 			a.Definition.Delegation = &agentv1.Delegation{AllowedAgents: []string{s.name("ghost")}}
 		}},

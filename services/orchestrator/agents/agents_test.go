@@ -188,9 +188,11 @@ func TestDispatchDefinedAgent(t *testing.T) {
 	}
 	create(t, o, "helper", &agentv1.AgentDefinition{
 		Instructions: "You are terse.",
-		Model:        &agentv1.ModelSettings{Name: "claude-haiku-4-5"},
-		Limits:       &agentv1.Limits{MaxTurns: proto.Uint32(3)},
-		Tools:        &agentv1.Tools{Builtin: []string{"read"}, Effects: []string{"write_memory"}},
+		Model: &agentv1.ModelSettings{Name: "claude-haiku-4-5", Temperature: proto.Float64(0.3),
+			ReasoningEffort: agentv1.ReasoningEffort_REASONING_EFFORT_HIGH},
+		Limits: &agentv1.Limits{MaxTurns: proto.Uint32(3)},
+		Tools: &agentv1.Tools{Builtin: []string{"read"}, Effects: []string{"write_memory"},
+			McpServers: []*agentv1.McpServer{{Name: "files", Transport: &agentv1.McpServer_Stdio{Stdio: &agentv1.StdioTransport{Command: "mcp-files", Args: []string{"--ro"}}}}}},
 		Route:        opRoute(opAddr), Retry: fastRetry(),
 	})
 	resp, err := dispatch(ctx, o, "helper")
@@ -205,9 +207,16 @@ func TestDispatchDefinedAgent(t *testing.T) {
 		t.Fatalf("the operator got %d calls of helper, want 1", len(ins))
 	}
 	cfg := ins[0].GetConfig()
-	if !strings.Contains(cfg.GetSystemAddendum(), "You are terse.") || cfg.GetModel() != "claude-haiku-4-5" || cfg.GetMaxTurns() != 3 ||
+	if cfg.GetInstructions() != "You are terse." || cfg.GetModel() != "claude-haiku-4-5" || cfg.GetMaxTurns() != 3 ||
 		strings.Join(cfg.GetAllowedTools().GetNames(), ",") != "read,write_memory" {
 		t.Errorf("the operator got config %v, want the definition's instructions, model, max_turns and tools", cfg)
+	}
+	if p := cfg.GetModelParameters(); p.GetTemperature() != 0.3 || p.GetReasoningEffort() != operatorv1.ReasoningEffort_REASONING_EFFORT_HIGH {
+		t.Errorf("the operator got model parameters %v, want temperature 0.3 and reasoning effort HIGH", p)
+	}
+	if m := cfg.GetMcpServers(); len(m) != 1 || m[0].GetName() != "files" || m[0].GetStdio().GetCommand() != "mcp-files" ||
+		strings.Join(m[0].GetStdio().GetArgs(), " ") != "--ro" {
+		t.Errorf("the operator got MCP servers %v, want the definition's files server", m)
 	}
 }
 

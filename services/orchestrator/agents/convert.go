@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/services/orchestrator"
@@ -32,14 +33,16 @@ var (
 //     workflow_budget;
 //   - tools: builtin, effects and operator_tools together are the
 //     invocation's allowed tools (unset tools: the operator's default);
-//   - instructions and system_addendum (see AgentDefaults.Instructions),
-//     memory.searchable_history, metadata, retry;
+//   - instructions, system_addendum, memory.searchable_history, metadata,
+//     retry;
+//   - model's temperature, max_output_tokens, reasoning_effort and
+//     output_schema: OperatorConfig.model_parameters; tools.mcp_servers:
+//     OperatorConfig.mcp_servers (MCPServer);
 //   - delegation.allowed_agents: the allowlist the workflow enforces.
 //
-// The model's sampling parameters, the MCP servers, the approval policy,
-// memory.session_history and readable_scopes and the context strategy are
-// stored and returned, not yet sent to the operator: they need fields of
-// OperatorConfig that the operator's part of issue 20 adds.
+// The approval policy, memory.session_history and readable_scopes and the
+// context strategy are stored and returned, not yet enforced: OperatorConfig
+// has no fields for them (the approval flow comes with run steering).
 func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	d := a.GetDefinition()
 	out := &orchestrator.Agent{ID: a.GetName(), Revision: a.GetRevision(), Description: d.GetDescription(), Labels: d.GetLabels()}
@@ -70,6 +73,10 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 		def.AllowedTools = slices.Concat([]string{}, t.GetBuiltin(), t.GetEffects(), t.GetOperatorTools())
 	}
 	def.Instructions = d.GetInstructions()
+	def.ModelParameters = ModelParameters(d.GetModel())
+	for _, s := range d.GetTools().GetMcpServers() {
+		def.MCPServers = append(def.MCPServers, MCPServer(s))
+	}
 	def.SystemAddendum = d.GetSystemAddendum()
 	def.SearchableHistory = d.GetMemory().GetSearchableHistory()
 	if md := d.GetMetadata(); len(md.GetFields()) > 0 {
@@ -83,6 +90,30 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 		out.Restricted, out.AllowedAgents = true, append([]string{}, dl.GetAllowedAgents()...)
 	}
 	return out, nil
+}
+
+// ModelParameters is the OperatorConfig.model_parameters of m; nil when
+// it sets none.
+func ModelParameters(m *agentv1.ModelSettings) *operatorv1.ModelParameters {
+	if m == nil || m.Temperature == nil && m.MaxOutputTokens == nil && m.GetReasoningEffort() == agentv1.ReasoningEffort_REASONING_EFFORT_UNSPECIFIED && m.GetOutputSchema() == nil {
+		return nil
+	}
+	p := &operatorv1.ModelParameters{Temperature: m.Temperature, MaxOutputTokens: m.MaxOutputTokens, OutputSchema: m.GetOutputSchema()}
+	// The same efforts by name (the operator's enum also has MINIMAL).
+	p.ReasoningEffort = operatorv1.ReasoningEffort(operatorv1.ReasoningEffort_value[m.GetReasoningEffort().String()])
+	return p
+}
+
+// MCPServer is the OperatorConfig.mcp_servers entry of s.
+func MCPServer(s *agentv1.McpServer) *operatorv1.McpServer {
+	out := &operatorv1.McpServer{Name: s.GetName()}
+	switch t := s.GetTransport().(type) {
+	case *agentv1.McpServer_Stdio:
+		out.Transport = &operatorv1.McpServer_Stdio{Stdio: &operatorv1.McpStdio{Command: t.Stdio.GetCommand(), Args: t.Stdio.GetArgs()}}
+	case *agentv1.McpServer_Http:
+		out.Transport = &operatorv1.McpServer_Http{Http: &operatorv1.McpHttp{Url: t.Http.GetUrl(), CredentialRef: t.Http.GetCredentialRef()}}
+	}
+	return out
 }
 
 func nullMoney(field string, m *typesv1.Money) (decimal.NullDecimal, error) {

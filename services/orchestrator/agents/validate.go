@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
@@ -155,6 +156,14 @@ func Validate(ctx context.Context, a *agentv1.Agent, models Models, exists Exist
 		default:
 			add(field, "has neither stdio (a command) nor http (a URL): set one")
 		}
+		if len(vs) == 0 {
+			// What the operator is sent must pass its rules too (its
+			// server names are shorter, for instance).
+			addRules(add, field, MCPServer(s))
+		}
+	}
+	if p := ModelParameters(d.GetModel()); p != nil && len(vs) == 0 {
+		addRules(add, "definition.model", p)
 	}
 	for name := range d.GetToolApprovals() {
 		if name == "" {
@@ -177,6 +186,23 @@ func Validate(ctx context.Context, a *agentv1.Agent, models Models, exists Exist
 		return invalid(vs)
 	}
 	return nil
+}
+
+// addRules adds the proto rule violations of m, an operator message a
+// definition maps onto, under field.
+func addRules(add func(field, format string, args ...any), field string, m proto.Message) {
+	err := protovalidate.Validate(m)
+	var verr *protovalidate.ValidationError
+	if !errors.As(err, &verr) {
+		return
+	}
+	for _, v := range verr.Violations {
+		f := field
+		if p := protovalidate.FieldPathString(v.Proto.GetField()); p != "" {
+			f += "." + p
+		}
+		add(f, "%s (the operator's rule)", v.Proto.GetMessage())
+	}
 }
 
 // checkSchema reports whether s is a JSON Schema the operator's

@@ -454,6 +454,9 @@ func (x *AgentDefinition) GetMetadata() *structpb.Struct {
 }
 
 // ModelSettings are the model an agent runs on and how it is sampled.
+// temperature, max_output_tokens, reasoning_effort and output_schema are
+// sent as the invocation's layer0.operator.v1.ModelParameters and must
+// pass its rules.
 type ModelSettings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A model name from the model catalog. Empty: the operator's default.
@@ -624,7 +627,10 @@ func (x *Tools) GetOperatorTools() []string {
 	return nil
 }
 
-// McpServer is an MCP server whose tools the agent uses.
+// McpServer is an MCP server whose tools the agent uses. It is sent as
+// the invocation's layer0.operator.v1.McpServer and must pass its rules
+// (a name of at most 32 bytes without "__", for one); the operator
+// deployment's MCP policy decides whether it may run.
 type McpServer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The server's name, unique within the agent; its tools are known by
