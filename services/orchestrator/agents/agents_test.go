@@ -155,6 +155,27 @@ func startOrch(t *testing.T, dir, stateAddr, registry string) *orch {
 		stop: func() { stopRun(); <-returned }}
 }
 
+// waitSeeded returns agent name once the orchestrator's background
+// seeding has stored it (a safety bound, not an assertion on speed).
+func waitSeeded(t *testing.T, o *orch, name string) *agentv1.GetAgentResponse {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		resp, err := o.agents.GetAgent(ctx, &agentv1.GetAgentRequest{Name: name})
+		if err == nil {
+			return resp
+		}
+		if status.Code(err) != codes.NotFound {
+			t.Fatalf("GetAgent %s: %v", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("agent %s was not seeded: %v", name, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func opRoute(addr string) *agentv1.Route {
 	return &agentv1.Route{Target: &agentv1.Route_Operator{Operator: &agentv1.OperatorRoute{Address: addr}}}
 }
@@ -193,7 +214,7 @@ func TestDispatchDefinedAgent(t *testing.T) {
 		Limits: &agentv1.Limits{MaxTurns: proto.Uint32(3)},
 		Tools: &agentv1.Tools{Builtin: []string{"read"}, Effects: []string{"write_memory"},
 			McpServers: []*agentv1.McpServer{{Name: "files", Transport: &agentv1.McpServer_Stdio{Stdio: &agentv1.StdioTransport{Command: "mcp-files", Args: []string{"--ro"}}}}}},
-		Route:        opRoute(opAddr), Retry: fastRetry(),
+		Route: opRoute(opAddr), Retry: fastRetry(),
 	})
 	resp, err := dispatch(ctx, o, "helper")
 	if err != nil {
@@ -332,10 +353,7 @@ func TestSharedAndDurable(t *testing.T) {
 		t.Fatalf("Dispatch on the other orchestrator: %v, %v", resp, err)
 	}
 
-	seeded, err := a.agents.GetAgent(ctx, &agentv1.GetAgentRequest{Name: "seeded"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	seeded := waitSeeded(t, a, "seeded")
 	if seeded.GetAgent().GetDefinition().GetSystemAddendum() != "from the file" {
 		t.Fatalf("seeded agent: %v, want the file's definition", seeded.GetAgent())
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -81,6 +83,60 @@ func (s *Server) DeleteAgent(ctx context.Context, req *agentv1.DeleteAgentReques
 		return nil, err
 	}
 	return &agentv1.DeleteAgentResponse{}, nil
+}
+
+// Check checks the definitions of a YAML registry as Seed will, without
+// the State service: everything but the allowlists' agents outside the
+// file. The orchestrator calls it at start, so a bad file fails start-up.
+func Check(ctx context.Context, reg *orchestrator.Registry) error {
+	for _, ra := range reg.Agents() {
+		if err := Validate(ctx, FromAgent(ra), nil, nil); err != nil {
+			return fmt.Errorf("agent %q of the --agents file: %w", ra.ID, err)
+		}
+	}
+	return nil
+}
+
+// Seeding retries after a failure that may pass (the State service
+// down) with a backoff doubling from seedRetryMin to seedRetryMax.
+const (
+	seedRetryMin = 500 * time.Millisecond
+	seedRetryMax = 30 * time.Second
+	seedTimeout  = 30 * time.Second
+)
+
+// SeedInBackground seeds the file's agents (Seed) until it succeeds, a
+// definition is refused (logged; the others are seeded), or ctx ends,
+// retrying while the State service cannot be reached; then it tells the
+// store (Seeded). Until then the store answers for the file's agents
+// from the file (SetFile), so dispatch works from the first moment.
+func SeedInBackground(ctx context.Context, store *Store, reg *orchestrator.Registry, log *slog.Logger) {
+	store.SetFile(reg)
+	wait := seedRetryMin
+	for {
+		sctx, cancel := context.WithTimeout(ctx, seedTimeout)
+		created, err := Seed(sctx, store, reg)
+		cancel()
+		switch {
+		case err == nil:
+			store.Seeded()
+			log.Info("agents seeded from the --agents file", "created", len(created), "in_file", len(reg.Agents()))
+			return
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errs.InvalidArgument):
+			store.Seeded()
+			log.Error("an agent of the --agents file was not seeded", "error", err)
+			return
+		}
+		log.Warn("seeding the agents of the --agents file: retrying", "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, seedRetryMax)
+	}
 }
 
 // Seed creates the agents of a YAML registry that are not defined yet,

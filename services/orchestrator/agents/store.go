@@ -53,6 +53,10 @@ type Store struct {
 	mu     sync.Mutex
 	cache  map[string]cached
 	pinned map[pinKey]*orchestrator.Agent
+	// file answers for its agents until they are seeded (SetFile,
+	// Seeded): an orchestrator serves at once, whether or not the State
+	// service is up yet.
+	file *orchestrator.Registry
 }
 
 type cached struct {
@@ -164,7 +168,7 @@ func (s *Store) notFound(ctx context.Context, name string) error {
 			known += ", ..."
 		}
 	}
-	return fmt.Errorf("agent %q is not defined (defined agents: %s); define it with AgentService.CreateAgent (neuron agents apply): %w", name, known, errs.NotFound)
+	return fmt.Errorf("agent %q is not in the agent registry (defined agents: %s); define it with AgentService.CreateAgent (neuron agents apply): %w", name, known, errs.NotFound)
 }
 
 // Create stores a new agent; a is valid (see Validate).
@@ -347,6 +351,32 @@ func (s *Store) forget(name string) {
 	delete(s.cache, name)
 }
 
+// SetFile makes the agents of a YAML registry answer Lookup, while they
+// are not seeded, when the State service has not got them or cannot be
+// reached. Seeded ends that: from then on State alone decides.
+func (s *Store) SetFile(r *orchestrator.Registry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.file = r
+}
+
+// Seeded says the file's agents are in the State service now.
+func (s *Store) Seeded() { s.SetFile(nil) }
+
+func (s *Store) fromFile(id string) *orchestrator.Agent {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	a, err := f.Lookup(id)
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
 // cached returns the cached agent name, fresh or not.
 func (s *Store) cached(name string) *orchestrator.Agent {
 	s.mu.Lock()
@@ -381,10 +411,16 @@ func (s *Store) Lookup(id string) (*orchestrator.Agent, error) {
 			if stale := s.cached(id); stale != nil {
 				return stale, nil
 			}
+			if fa := s.fromFile(id); fa != nil {
+				return fa, nil
+			}
 		}
 		return nil, err
 	}
 	if a == nil {
+		if fa := s.fromFile(id); fa != nil {
+			return fa, nil // not seeded yet
+		}
 		s.forget(id)
 		return nil, s.notFound(ctx, id)
 	}

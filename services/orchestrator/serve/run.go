@@ -348,7 +348,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Agents are dispatched from their definitions in the State service
 	// (services/orchestrator/agents); the --agents file seeds those not
 	// defined yet.
-	store, agentSrv, err := serveAgents(ctx, reg, statev1.NewStateServiceClient(stateConn), log)
+	seedCtx, stopSeeding := context.WithCancel(ctx)
+	seeded := make(chan struct{})
+	defer func() { stopSeeding(); <-seeded }()
+	store, agentSrv, err := serveAgents(seedCtx, reg, statev1.NewStateServiceClient(stateConn), log, seeded)
 	if err != nil {
 		return err
 	}
@@ -439,26 +442,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return err
 }
 
-// seedTimeout bounds the seeding of the --agents file's definitions at
-// start, the State service included.
-const seedTimeout = 30 * time.Second
-
-// serveAgents seeds the definitions of the --agents file that are not in
-// the State service yet, and returns the Store dispatch reads them from
-// and the AgentService over it.
-func serveAgents(ctx context.Context, reg *orchestrator.Registry, state statev1.StateServiceClient, log *slog.Logger) (*agents.Store, *agents.Server, error) {
+// serveAgents checks the --agents file's definitions, starts seeding
+// those not in the State service yet in the background (the file answers
+// for them meanwhile: the State service need not be up for the
+// orchestrator to start), and returns the Store dispatch reads them from
+// and the AgentService over it. seeded is closed once seeding has
+// stopped (ctx's end stops it).
+func serveAgents(ctx context.Context, reg *orchestrator.Registry, state statev1.StateServiceClient, log *slog.Logger, seeded chan<- struct{}) (*agents.Store, *agents.Server, error) {
 	models, err := agents.DefaultModels()
+	if err == nil {
+		err = agents.Check(ctx, reg)
+	}
 	if err != nil {
-		return nil, nil, err
+		close(seeded)
+		return nil, nil, fmt.Errorf("--agents: %w", err)
 	}
 	store := agents.NewStore(state, 0)
-	sctx, cancel := context.WithTimeout(ctx, seedTimeout)
-	defer cancel()
-	created, err := agents.Seed(sctx, store, reg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--agents: seeding the agent definitions in the State service (--state-addr): %w", err)
-	}
-	log.Info("agents", "seeded", len(created), "in_file", len(reg.Agents()))
+	store.SetFile(reg)
+	go func() {
+		defer close(seeded)
+		agents.SeedInBackground(ctx, store, reg, log)
+	}()
 	return store, agents.NewServer(store, models), nil
 }
 
