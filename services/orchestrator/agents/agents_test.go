@@ -21,6 +21,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -131,6 +132,20 @@ type orch struct {
 // service at stateAddr, seeded from registry (YAML).
 func startOrch(t *testing.T, dir, stateAddr, registry string) *orch {
 	t.Helper()
+	return startOrchOn(t, nil, dir, stateAddr, registry)
+}
+
+// backends runs test on the bbolt journal and on Temporal (a dev server
+// of its own; skipped where none can be started).
+func backends(t *testing.T, test func(t *testing.T, dev *testenv.TemporalDev)) {
+	t.Run("bolt", func(t *testing.T) { test(t, nil) })
+	t.Run("temporal", func(t *testing.T) { test(t, testenv.Temporal(t)) })
+}
+
+// startOrchOn is startOrch on Temporal dev, or on the journal when dev
+// is nil.
+func startOrchOn(t *testing.T, dev *testenv.TemporalDev, dir, stateAddr, registry string) *orch {
+	t.Helper()
 	file := filepath.Join(dir, "agents.yaml")
 	if err := os.WriteFile(file, []byte(registry), 0o600); err != nil {
 		t.Fatal(err)
@@ -143,12 +158,18 @@ func startOrch(t *testing.T, dir, stateAddr, registry string) *orch {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(stopCtx, cancel)()
-		return orchserve.Run(ctx, orchserve.Config{
+		cfg := orchserve.Config{
 			Server: grpcserver.Config{Name: "orchestrator", Dev: true, ShutdownTimeout: 2 * time.Second},
 			Log:    harness.Quiet(), Listener: lis, Agents: file,
 			State:   grpcclient.Config{Target: stateAddr},
 			Backend: orchserve.BackendBolt, DataDir: filepath.Join(dir, "journal"), LockTimeout: time.Second,
-		})
+		}
+		if dev != nil {
+			cfg.Backend = orchserve.BackendTemporal
+			cfg.Temporal = orchserve.Temporal{Address: dev.Address, Namespace: dev.Namespace,
+				TaskQueue: "neuron-" + strings.ReplaceAll(t.Name(), "/", "-"), HeartbeatTimeout: 2 * time.Second}
+		}
+		return orchserve.Run(ctx, cfg)
 	})
 	cc := harness.Dial(t, addr)
 	return &orch{addr: addr, agents: agentv1.NewAgentServiceClient(cc), orch: orchestratorv1.NewOrchestratorServiceClient(cc),
@@ -244,7 +265,9 @@ func TestDispatchDefinedAgent(t *testing.T) {
 // TestAllowlist: delegating to an agent outside the delegation allowlist
 // fails the workflow with FAILED_PRECONDITION naming both agents; one in
 // it runs.
-func TestAllowlist(t *testing.T) {
+func TestAllowlist(t *testing.T) { backends(t, testAllowlist) }
+
+func testAllowlist(t *testing.T, dev *testenv.TemporalDev) {
 	ctx := ctxT(t)
 	fake, opAddr := startFake(t, map[string]behaviour{
 		"boss":    delegateOnce("outside"),
@@ -252,7 +275,7 @@ func TestAllowlist(t *testing.T) {
 		"worker":  answer("work"),
 		"outside": answer("should not run"),
 	})
-	o := startOrch(t, t.TempDir(), startState(t), "agents: [{id: placeholder, operator: 127.0.0.1:1}]\n")
+	o := startOrchOn(t, dev, t.TempDir(), startState(t), "agents: [{id: placeholder, operator: 127.0.0.1:1}]\n")
 	for _, n := range []string{"worker", "outside"} {
 		create(t, o, n, &agentv1.AgentDefinition{Route: opRoute(opAddr), Retry: fastRetry()})
 	}
@@ -278,7 +301,9 @@ func TestAllowlist(t *testing.T) {
 // TestWorkflowKeepsItsRevision: an agent changed while a workflow of it
 // runs: the workflow's later steps of that agent use the revision it
 // started with; a new dispatch uses the new one.
-func TestWorkflowKeepsItsRevision(t *testing.T) {
+func TestWorkflowKeepsItsRevision(t *testing.T) { backends(t, testWorkflowKeepsItsRevision) }
+
+func testWorkflowKeepsItsRevision(t *testing.T, dev *testenv.TemporalDev) {
 	ctx := ctxT(t)
 	childCalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -294,7 +319,7 @@ func TestWorkflowKeepsItsRevision(t *testing.T) {
 			return done(in, "child done"), nil
 		},
 	})
-	o := startOrch(t, t.TempDir(), startState(t), "agents: [{id: placeholder, operator: 127.0.0.1:1}]\n")
+	o := startOrchOn(t, dev, t.TempDir(), startState(t), "agents: [{id: placeholder, operator: 127.0.0.1:1}]\n")
 	create(t, o, "child", &agentv1.AgentDefinition{Route: opRoute(opAddr), Retry: fastRetry()})
 	v1 := create(t, o, "root", &agentv1.AgentDefinition{Route: opRoute(opAddr), Retry: fastRetry(), Model: &agentv1.ModelSettings{Name: "claude-sonnet-4-5"}})
 
