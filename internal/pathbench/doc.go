@@ -92,6 +92,46 @@
 // start). History encoding is no longer a visible share of the
 // operator's CPU. Still missed.
 //
+// What a dispatch does against State (route=operator, a new session):
+// two calls. The operator's StateHistory.Load lists the session's
+// history (one List, empty here; in a session with N entries, N Reads
+// after it, 8 at a time: the State API has no batch read, and List
+// returns no values); the orchestrator applies the history effect (one
+// unindexed Write with an idempotency key: one bbolt commit of about 9
+// page writes and its two fdatasyncs). Nothing else: no second read, no
+// value written twice. The second round on State and the operator's side
+// changed: the chain's protovalidate no longer walks the entries of
+// google.protobuf.Struct/Value/ListValue (pkg/grpcserver, skipValueTrees:
+// those types carry no rules; validating a Write of an eight-message
+// entry 66 -> 3.5 µs), and State encodes a stored value without sorting
+// map keys. ROUTES=operator COUNT=1 BENCHTIME=2s, binaries of 97e4ded
+// (before) and 97e4ded with those two commits (after), alternated 4
+// times, medians (CPU µs per model call):
+//
+//	| c  | before: total, state, operator, orchestrator | after                        | hand loop, before / after |
+//	|----|----------------------------------------------|------------------------------|---------------------------|
+//	| 1  | 3356 (6.7x), 754, 1085, 1517                 | 3187 (6.2x), 681, 1021, 1486 | 502 / 515                 |
+//	| 16 | 2004 (4.3x), 458, 764, 774                   | 1942 (3.7x), 400, 759, 787   | 463 / 519                 |
+//
+// State -10% and -13%; the operator's change is within the noise (load
+// average 6-10 on the 2 CPUs from other sessions: one process's figure
+// varies by ±15% between rounds). Where State's CPU goes now (PERF_DIR
+// profile of the after binaries, c=1 / c=16, by the innermost frame
+// named): its bbolt commit (page writes and fdatasyncs) 18% / 14%; the
+// runtime's sysmon 16% / 10% (it restarts at 20 µs ticks each time the
+// idle process returns from a system call) and the scheduler 9% / 8%;
+// gRPC's reader and writer 21% / 19%; decoding the WriteRequest's
+// structpb value 10% / 13% and encoding it again for storage 3% / 7%;
+// protovalidate 4%; GC 5% / 6%; the audit line 3%. The operator's:
+// the model call (openai-go, net/http, which the hand loop pays too)
+// 34% / 43%; sysmon and the scheduler 22% / 11%; gRPC 17% / 11%; tools
+// 7%; history Load (its List call) 3%; protovalidate of the Execute
+// request 2-3%; encodeEntry under 1%. What is left for State is mostly a
+// gRPC call's and a durable commit's floor; the value's decode and
+// re-encode (13-20%) could go with a codec that stores the received
+// bytes, and State serving a history's entries in one call needs an API
+// that returns values.
+//
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
 //
