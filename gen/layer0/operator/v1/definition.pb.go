@@ -219,8 +219,10 @@ type McpStdio struct {
 	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
 	// Environment variables with literal values. The subprocess does not
 	// inherit the operator's environment: it sees these, the credential's
-	// variables (credential_ref) and the operator's PATH when neither sets
-	// PATH. Never put secrets here: use credential_ref.
+	// variables (credential_ref) and the operator's PATH. Variables that
+	// change which code the allowed command runs (PATH, LD_*, DYLD_*,
+	// GCONV_PATH) are refused with PERMISSION_DENIED. Never put secrets
+	// here: use credential_ref.
 	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Names a credential the operator deployment holds (--mcp-credentials);
 	// its environment variables are added to env. The definition names the

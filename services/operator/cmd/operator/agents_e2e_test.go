@@ -378,7 +378,7 @@ func TestAgentDefinitionCannotExceedPolicy(t *testing.T) {
 		{"loader variable into an allowed command", &operatorv1.OperatorConfig{McpServers: []*operatorv1.McpServer{stdio(o.self, nil, map[string]string{"LD_PRELOAD": pwned})}},
 			codes.PermissionDenied, []string{"config.mcp_servers[0].stdio.env", "LD_PRELOAD"}},
 		{"credential the deployment does not hold", &operatorv1.OperatorConfig{McpServers: []*operatorv1.McpServer{httpSrv(o.webURL, "stolen")}},
-			codes.FailedPrecondition, []string{"config.mcp_servers[0].http.credential_ref", `"stolen"`}},
+			codes.FailedPrecondition, []string{"config.mcp_servers[0].http.credential_ref", `"stolen"`, "does not hold"}},
 		{"secret in the URL", &operatorv1.OperatorConfig{McpServers: []*operatorv1.McpServer{httpSrv(strings.Replace(o.webURL, "http://", "http://u:p@", 1), "")}},
 			codes.InvalidArgument, []string{"config.mcp_servers[0].http.url", "credential_ref"}},
 		{"disabled tool", &operatorv1.OperatorConfig{AllowedTools: &operatorv1.AllowedTools{Names: []string{"bash"}}},
