@@ -357,6 +357,7 @@ func (c *Client) newTool(t *sdk.Tool, listedReadOnly bool) (*mcpTool, error) {
 // Close is idempotent.
 func (c *Client) Close() error {
 	c.once.Do(func() {
+		c.broken.Store(true)
 		err := c.session.Close()
 		c.releaseHTTP()
 		if c.stderr != nil {
