@@ -375,7 +375,12 @@ func (x *OperatorInput) GetResume() *Resume {
 
 // AllowedTools restricts the tools of one invocation. The wrapper gives
 // presence: an absent AllowedTools means the defaults, a present one with
-// no names means no tools at all.
+// no names means no tools at all. It intersects the deployment's tools
+// (and the invocation's own MCP servers' tools, "<server>__<tool>"): it
+// can narrow them, never enable one. Naming a built-in or effect tool the
+// deployment disabled is PERMISSION_DENIED naming it (the tool exists,
+// the deployment forbids it); naming a tool that exists nowhere is
+// INVALID_ARGUMENT.
 type AllowedTools struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tool names, as registered.
