@@ -411,9 +411,9 @@ func (s *Store) Lookup(id string) (*orchestrator.Agent, error) {
 			if stale := s.cached(id); stale != nil {
 				return stale, nil
 			}
-			if fa := s.fromFile(id); fa != nil {
-				return fa, nil
-			}
+		}
+		if fa := s.fromFile(id); fa != nil {
+			return fa, nil // not seeded yet, and State cannot say
 		}
 		return nil, err
 	}
