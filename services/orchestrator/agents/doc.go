@@ -41,5 +41,11 @@
 // compare-and-set on revision 0, so replicas starting together create
 // each once and ALREADY_EXISTS means another did it) and never changes a
 // defined one. Edit a defined agent with UpdateAgent (neuron agents
-// apply), not the file.
+// apply), not the file. The file's definitions are checked at start
+// (Check: a bad file fails start-up); the seeding itself runs in the
+// background (SeedInBackground), retried while the State service is
+// down, and until it is done the file answers lookups of its agents that
+// State cannot: the orchestrator starts, and dispatches the file's
+// agents, whether or not State is up, as it did before definitions were
+// stored.
 package agents
