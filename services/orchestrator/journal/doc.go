@@ -60,16 +60,24 @@
 //
 // # Commits
 //
-// A one-step dispatch commits twice: the workflow's creation with its
-// step's intent (and the lookups and events before it), just before the
-// operator call; the step's result, its effects' outcomes and the
-// workflow's end, before the caller is answered. Start returns once the
-// first commit is durable. The host holds every write back until the
-// workflow next acts outside the process (an operator call, an effect
-// other than a log, the answer to its caller), so a crash loses only
-// what a crash just before that write would have: an operator call in
-// flight, or the outcome of an effect applied last (applied again under
-// its idempotency key). Concurrent workflows share commits (commit.go).
+// A one-step dispatch that names its workflow commits twice: the
+// workflow's creation with its step's intent (and the lookups and events
+// before it), just before the operator call; the step's result, its
+// effects' outcomes and the workflow's end, before the caller is
+// answered. Start returns once the first commit is durable. The host
+// holds every write back until the workflow next acts outside the
+// process (an operator call, an effect other than a log, the answer to
+// its caller), so a crash loses only what a crash just before that
+// write would have: an operator call in flight, or the outcome of an
+// effect applied last (applied again under its idempotency key).
+// Concurrent workflows share commits (commit.go).
+//
+// A Dispatch that names no workflow commits once: nobody can name its
+// workflow before it answers, so its creation and first intent are held
+// back over the first operator call too (engine.go, deferral), and a
+// crash during that call leaves nothing behind. Whoever names the
+// workflow meanwhile (it is listed, or its id is passed on) journals
+// it first, and finds it as it would have otherwise.
 //
 // # Schema versions
 //
