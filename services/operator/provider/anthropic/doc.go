@@ -23,6 +23,10 @@
 //   - max_tokens (required by the API): Request.MaxTokens, else
 //     Config.MaxTokens, else DefaultMaxTokens (4096).
 //   - system: Request.System as one text block, omitted when empty.
+//   - temperature: Request.Temperature (0 to 1; more is refused with
+//     errs.InvalidArgument naming the parameter); output_config.effort:
+//     Request.ReasoningEffort (low, medium, high; minimal is refused);
+//     output_config.format: Request.OutputSchema as a json_schema format.
 //   - messages: user and assistant turns. Text parts become text blocks
 //     (empty ones are dropped, as are messages left empty); images become
 //     image blocks with a base64 source (media type given, or sniffed;

@@ -27,6 +27,9 @@
 // context is the only deadline. Config.DefaultModel is used when
 // Request.Model is empty (no model at all is errs.InvalidArgument);
 // Config.MaxTokens caps the output when Request.MaxTokens is 0.
+// Request.Temperature, ReasoningEffort (as thinkingConfig.thinkingLevel,
+// MINIMAL to HIGH) and OutputSchema (responseJsonSchema, with the
+// application/json response MIME type) go into the generation config.
 //
 // # One request per call
 //

@@ -64,6 +64,10 @@
 //     sent as max_completion_tokens to OpenAI, which deprecated
 //     max_tokens and rejects it for reasoning models, and as max_tokens to
 //     compatible servers, many of which know only that field.
+//   - Request.Temperature, ReasoningEffort and OutputSchema are sent as
+//     temperature, reasoning_effort and response_format (type
+//     json_schema, named "output"); a compatible server that does not
+//     know one answers with its own error.
 //   - Request.Metadata and SessionID are not sent.
 //
 // Consecutive messages of one role are not merged: the API does not need

@@ -32,6 +32,9 @@
 //     parameters, with strict mode off.
 //   - Request.MaxTokens, else Config.MaxTokens, is max_output_tokens
 //     (omitted when both are 0).
+//   - Request.Temperature, ReasoningEffort and OutputSchema are
+//     temperature, reasoning.effort and text.format (json_schema, named
+//     "output").
 //   - String values of Request.Metadata that fit the API's metadata
 //     limits (16 keys of at most 64 bytes, values of at most 512) are sent
 //     as metadata; other entries are dropped.
