@@ -68,9 +68,14 @@ func (c *core) prepareWrite(ctx context.Context, s *typesv1.Scope, key string, v
 	if err := c.opts.limits.checkValue(v); err != nil {
 		return nil, err
 	}
-	raw, err := marshalValue.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("value cannot be encoded: %v: %w", err, errs.InvalidArgument)
+	// The bytes the server's codec decoded v from, when it did (codec.go);
+	// otherwise v encoded.
+	raw, ok := received.take(v)
+	if !ok {
+		var err error
+		if raw, err = marshalValue.Marshal(v); err != nil {
+			return nil, fmt.Errorf("value cannot be encoded: %v: %w", err, errs.InvalidArgument)
+		}
 	}
 	return &mutation{op: opWrite, scopeEnc: enc, scope: s, key: key, raw: raw, guard: g, now: c.opts.now()}, nil
 }

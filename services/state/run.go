@@ -162,7 +162,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// The server before any file is made: a bad security config fails first.
 	// Its call log never quotes the caller's keys (CallLogHandler).
 	srvLog := slog.New(CallLogHandler(log.Handler()))
-	srv, err := grpcserver.New(cfg.Server, srvLog, grpcserver.WithInterceptors(unary, nil))
+	opts := []grpcserver.Option{grpcserver.WithInterceptors(unary, nil)}
+	if cfg.Middleware == nil {
+		// A Write stores the bytes its value arrived in (codec.go); not
+		// behind a middleware, which may change the value it was
+		// decoded into.
+		opts = append(opts, grpcserver.WithServerOptions(grpc.ForceServerCodecV2(receivingCodec{})))
+	}
+	srv, err := grpcserver.New(cfg.Server, srvLog, opts...)
 	if err != nil {
 		return err
 	}
