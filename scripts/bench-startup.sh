@@ -45,5 +45,6 @@ END {
   print "CPU ms to SERVING is the time the process was on a CPU until then (all threads): on a busy"
   print "machine the wall time stretches with it. anon is RssAnon (heap, stacks, data written); file"
   print "is RssFile (pages of the executable mapped in); peak is VmHWM. Each service runs in --dev"
-  print "mode with its default backend (state: bolt; orchestrator: bolt journal; environment: process)."
+  print "mode with its default backend (state: bolt; orchestrator: bolt journal, with a State service"
+  print "started beside it before its clock, since it reads its agents there; environment: process)."
 }' "$out"

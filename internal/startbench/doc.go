@@ -11,8 +11,10 @@
 // inflated the resident size of the biggest binaries); then it is started
 // once to warm the cache and create its data directory, then started and
 // stopped (SIGTERM) once per iteration with the smallest dev-mode
-// configuration it accepts. Iterations run one after another, never
-// concurrently. The medians over the iterations are reported:
+// configuration it accepts. A binary that needs another service (the
+// orchestrator reads its agents from State) gets one started once, before
+// any clock, and left running for all its iterations. Iterations run one
+// after another, never concurrently. The medians over the iterations are reported:
 //
 //	exec-to-serving-ms  exec until the first health Check answering SERVING
 //	                    (polled every millisecond)
