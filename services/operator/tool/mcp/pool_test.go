@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/services/operator/tool"
 )
 
 // stdioTestServer is this test binary as a stdio MCP server.
@@ -224,5 +226,51 @@ func TestPoolReplacesDeadConnection(t *testing.T) {
 	}
 	if _, starts := p.Stats(); starts != 2 {
 		t.Fatalf("starts %d, want 2", starts)
+	}
+}
+
+// BenchmarkPooledAcquire is what an invocation pays for its MCP server
+// when the pool already holds it: a lease and its release.
+func BenchmarkPooledAcquire(b *testing.B) {
+	p := NewPool(PoolConfig{})
+	defer p.Close()
+	ctx := context.Background()
+	s := stdioTestServer("calc")
+	l, err := p.Acquire(ctx, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.Release()
+	b.ResetTimer()
+	for b.Loop() {
+		l, err := p.Acquire(ctx, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}
+
+// BenchmarkUnpooledConnect is what it would pay without the pool: start
+// the stdio server, handshake, list and register its tools, close it.
+func BenchmarkUnpooledConnect(b *testing.B) {
+	ctx := context.Background()
+	s := stdioTestServer("calc")
+	for b.Loop() {
+		c, err := Connect(ctx, s, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ts, err := c.Tools(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reg := tool.NewRegistry()
+		for _, t := range ts {
+			if err := reg.Register(t); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = c.Close()
 	}
 }
