@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,6 +292,43 @@ func TestOneOperatorManyAgents(t *testing.T) {
 		}
 		if recs := out.GetMetadata().GetSubDispatches(); len(recs) != 1 || recs[0].GetSuccess() || !strings.Contains(recs[0].GetError(), "Unknown tool") {
 			t.Fatalf("an invocation without the MCP server could call its tool: %v", recs)
+		}
+	})
+
+	t.Run("a server that died is started again by a later invocation", func(t *testing.T) {
+		o.mustExecute(t, "call calc__add", &operatorv1.OperatorConfig{McpServers: []*operatorv1.McpServer{o.calcServer()}}, "done: 42")
+		b, err := os.ReadFile(o.starts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Fields(string(b))
+		pid, err := strconv.Atoi(lines[len(lines)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := o.startCount(t)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The invocation right after the kill may still find the dead
+		// connection: its tool call then fails (the model sees the
+		// error) and marks it broken. The next one gets a new server.
+		cfg := &operatorv1.OperatorConfig{McpServers: []*operatorv1.McpServer{o.calcServer()}}
+		var last string
+		for range 2 {
+			out, err := o.execute(t, "call calc__add", cfg)
+			if err != nil {
+				t.Fatalf("Execute: %v\n%s", err, o.stderr.String())
+			}
+			if last = content.TextOf(out.GetMessage()); last == "done: 42" {
+				break
+			}
+		}
+		if last != "done: 42" {
+			t.Fatalf("after the server died: %q, want a new server answering", last)
+		}
+		if n := o.startCount(t) - before; n != 1 {
+			t.Fatalf("the server was started %d times after it died, want once", n)
 		}
 	})
 

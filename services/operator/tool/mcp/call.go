@@ -72,6 +72,9 @@ func (c *Client) callError(ctx context.Context, name string, err error) error {
 		c.broken.Store(true)
 		return tool.Errorf(errs.Unavailable, "MCP server %q is no longer connected, so tool %q cannot run", c.server.Name, name)
 	}
+	// A transport failure (broken pipe, reset, a failed HTTP request):
+	// a pool starts the server again rather than reuse this connection.
+	c.broken.Store(true)
 	return tool.Errorf(errs.Unavailable, "calling tool %q of MCP server %q failed: %s", name, c.server.Name, c.scrub(err.Error()))
 }
 
