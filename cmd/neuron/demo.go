@@ -82,7 +82,7 @@ func (u *up) printWhere(workflowID string) {
 	fmt.Fprintf(u.out, "             neuron workflows show %s%s\n", workflowID, orchAddr)
 	fmt.Fprintf(u.out, "  events     the orchestrator's lifecycle buffer, in memory: neuron events --workflow %s --after 0%s\n", workflowID, orchAddr)
 	fmt.Fprintf(u.out, "  logs       %s/{%s}.log\n", u.shown("logs"), strings.Join(serviceNames, ","))
-	fmt.Fprintf(u.out, "  registry   %s\n", u.shown("agents.yaml"))
+	fmt.Fprintf(u.out, "  agents     neuron agents list (demo definitions: %s)\n", u.shown(demoAgentsFile))
 	if u.route == routeEnvironment {
 		fmt.Fprintf(u.out, "  workspace  each sandboxed operator call gets a fresh workspace under %s, removed after it: notes.md lived there\n", u.shown("environment", "work"))
 	} else {

@@ -3,14 +3,15 @@
 //
 //	neuron up [flags]                    start state, operator, environment and orchestrator
 //	neuron run AGENT TASK... [flags]     dispatch an agent and stream its progress
+//	neuron agents apply|diff|list|get|delete  define, change and remove agents
 //	neuron workflows list|show|signal|cancel
 //	neuron state get|put|delete|list|search
 //	neuron events [flags]                tail lifecycle events
 //
 // `neuron up` starts the four service binaries (found beside neuron, as
 // `make build` puts them in bin/) as child processes in dev mode, each a
-// real gRPC server on its own port with its data under --data-dir, writes
-// the agent registry it generates to <data-dir>/agents.yaml, and stops
+// real gRPC server on its own port with its data under --data-dir, defines
+// the demo agents when they are not defined (from <data-dir>/demo-agents.yaml), and stops
 // them all on Ctrl-C or SIGTERM. With --demo it then runs the sample
 // workflow and keeps serving; with --demo-exit it stops afterwards.
 //

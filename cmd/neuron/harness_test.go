@@ -145,9 +145,16 @@ func (p *upProc) output() string {
 // stops everything and exits 0.
 func startUp(t *testing.T, extra ...string) *upProc {
 	t.Helper()
-	p := &upProc{upSetup: newUpSetup(t), exited: make(chan struct{}), read: make(chan struct{})}
+	return startUpIn(t, newUpSetup(t), nil, extra...)
+}
+
+// startUpIn is startUp on the given addresses and data directory (a
+// restart), with env added to the clean environment.
+func startUpIn(t *testing.T, s upSetup, env []string, extra ...string) *upProc {
+	t.Helper()
+	p := &upProc{upSetup: s, exited: make(chan struct{}), read: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binaries(t), "neuron"), p.args(extra...)...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = append(cleanEnv(), env...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +216,19 @@ func startUp(t *testing.T, extra ...string) *upProc {
 		t.Fatalf("neuron up not serving within 120s:\n%s", p.output())
 	}
 	return p
+}
+
+// stop sends SIGTERM and waits for neuron up to exit (the cleanup still
+// checks that it exited 0 and stopped everything).
+func (p *upProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("neuron up did not stop within 60s of SIGTERM:\n%s", p.output())
+	}
+	<-p.read
 }
 
 // ctxFor is a context bounding one neuron command in a test. The

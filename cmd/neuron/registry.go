@@ -91,7 +91,12 @@ func researcherScript() map[string]any {
 // agentRegistry renders the agent registry YAML for the orchestrator.
 func agentRegistry(cfg registryConfig) ([]byte, error) {
 	var b strings.Builder
-	b.WriteString("# The agent registry of `neuron up`, written at every start (edits are\n# overwritten). See services/orchestrator/registry.go for the fields.\n")
+	b.WriteString("# The demo agents of `neuron up`, written at every start (edits here are\n" +
+		"# overwritten). The orchestrator defines those that are not defined yet, and\n" +
+		"# neuron up keeps the definitions labelled " + managedByLabel + "=" + managedByUp + " in step\n" +
+		"# with each start. Change an agent with `neuron agents get NAME > a.yaml`, edit,\n" +
+		"# remove the label, `neuron agents apply -f a.yaml`; define yours the same way.\n" +
+		"# See services/orchestrator/registry.go for the fields.\n")
 	b.WriteString("defaults:\n")
 	switch cfg.route {
 	case routeEnvironment:
@@ -113,7 +118,7 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 	b.WriteString("  retry: {max_attempts: 2}\n")
 	b.WriteString("agents:\n")
 	type agent struct {
-		id, addendum string
+		id, description, addendum string
 		budget       string
 		maxTurns     int
 		script       map[string]any
@@ -121,17 +126,21 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 	agents := []agent{
 		{
 			id: "assistant", budget: "1.00", maxTurns: 8, script: assistantScript(),
+			description: "The demo assistant: delegates research, writes notes.md and remembers the run.",
 			addendum: "You are the assistant of the local neuron demo. For each task: first delegate the research to the agent " +
 				"\"researcher\" with the delegate tool. When its results come back, write a short notes.md with the write tool, " +
 				"save a one-line summary with write_memory (scope \"" + memoryScope + "\", key \"" + memoryKey + "\"), and answer the user briefly.",
 		},
 		{
 			id: "researcher", maxTurns: 4, script: researcherScript(),
+			description: "The demo researcher: answers one question with facts.",
 			addendum: "You research one question and answer with facts only, briefly.",
 		},
 	}
 	for _, a := range agents {
 		fmt.Fprintf(&b, "  - id: %s\n", a.id)
+		fmt.Fprintf(&b, "    description: %s\n", yamlString(a.description))
+		fmt.Fprintf(&b, "    labels: {%s: %s}\n", yamlString(managedByLabel), yamlString(managedByUp))
 		if a.budget != "" {
 			fmt.Fprintf(&b, "    budget: %q   # USD per workflow it starts\n", a.budget)
 		}
@@ -155,3 +164,15 @@ func yamlString(s string) string {
 	js, _ := json.Marshal(s)
 	return string(js)
 }
+
+// demoAgentsFile is where neuron up writes the demo agents, in the
+// orchestrator's --agents format, under --data-dir.
+const demoAgentsFile = "demo-agents.yaml"
+
+// The label neuron up puts on the demo agents it defines. neuron up keeps
+// the definitions carrying it in step with each start's route and model;
+// a definition without it is the user's and is never changed.
+const (
+	managedByLabel = "neuron.dev/managed-by"
+	managedByUp    = "neuron-up"
+)

@@ -22,8 +22,13 @@ its own port in dev mode (no TLS, no auth): state, operator, environment
 and orchestrator, from the binaries beside neuron (make build puts them in
 bin/). Each keeps its data under --data-dir/<service> and logs to
 --data-dir/logs/<service>.log (truncated at each start); each address is
-printed once it is SERVING. The agent registry (agents assistant and
-researcher) is written to --data-dir/agents.yaml.
+printed once it is SERVING. The demo agents (assistant and researcher)
+are defined in the orchestrator's AgentService (kept in the State service)
+when they are not defined yet, from --data-dir/demo-agents.yaml, written at
+every start; neuron up keeps the definitions it manages (label
+neuron.dev/managed-by=neuron-up) in step with this start's route and model
+and never touches any other. Define your own agents with 'neuron agents
+apply -f FILE'; they survive restarts.
 
 Agents run in the environment service's process sandbox (Landlock,
 namespaces, a cgroup: one fresh operator process per call) when this host
@@ -75,6 +80,8 @@ type up struct {
 	// modelVar names the variable of the real model; empty: scripted.
 	modelVar string
 	children map[string]*child
+	// demoAgents is the demo agents' registry YAML this start wrote.
+	demoAgents []byte
 }
 
 // cmdUp is `neuron up`.
@@ -83,7 +90,7 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	fs := newFlagSet("up", "neuron up [flags]", upHelp(), c.stdout)
 	self, _ := os.Executable()
 	fs.StringVar(&f.binDir, "bin-dir", filepath.Dir(self), "directory of the service binaries (state, operator, environment, orchestrator)")
-	fs.StringVar(&f.dataDir, "data-dir", ".data", "directory for the services' data, logs and the agent registry")
+	fs.StringVar(&f.dataDir, "data-dir", ".data", "directory for the services' data, logs and the demo agents' definitions")
 	for name, def := range map[string]string{
 		"orchestrator": defaultOrchestratorAddr, "operator": defaultOperatorAddr,
 		"state": defaultStateAddr, "environment": defaultEnvironmentAddr,
@@ -227,8 +234,9 @@ func (u *up) prepare() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(u.abs("agents.yaml"), reg, 0o600); err != nil {
-		return &exitError{code: exitFailure, msg: "up: writing the agent registry: " + err.Error()}
+	u.demoAgents = reg
+	if err := os.WriteFile(u.abs(demoAgentsFile), reg, 0o600); err != nil {
+		return &exitError{code: exitFailure, msg: "up: writing the demo agents: " + err.Error()}
 	}
 	return nil
 }
@@ -245,7 +253,7 @@ func (u *up) plan() {
 			"--workspace", u.abs("operator", "workspace")),
 		"environment": append(common("environment"), "--data-dir", u.abs("environment"),
 			"--operator-binary", filepath.Join(u.f.binDir, "operator"), "--state-addr", addr("state")),
-		"orchestrator": append(common("orchestrator"), "--agents", u.abs("agents.yaml"), "--state-addr", addr("state"),
+		"orchestrator": append(common("orchestrator"), "--agents", u.abs(demoAgentsFile), "--state-addr", addr("state"),
 			"--data-dir", u.abs("orchestrator")),
 	}
 	if u.f.model != "" {
@@ -331,6 +339,7 @@ func (u *up) run(ctx context.Context) error {
 			fmt.Fprintf(u.out, "  %-13s SERVING on %-21s log %s\n", ev.c.name, ev.addr, ev.c.logShown)
 			if len(pending) == 0 {
 				startTimer.Stop()
+				u.syncDemoAgents(ctx)
 				u.printReady()
 				if u.f.demo || u.f.demoExit {
 					demoDone = make(chan int, 1)
@@ -366,11 +375,11 @@ func (u *up) run(ctx context.Context) error {
 
 // printReady says what runs where, and how to use it.
 func (u *up) printReady() {
-	fmt.Fprintf(u.out, "agents    assistant, researcher (registry %s)\n", u.shown("agents.yaml"))
+	fmt.Fprintf(u.out, "agents    assistant, researcher and any you defined: neuron agents list · define yours: neuron agents apply -f FILE\n")
 	fmt.Fprintf(u.out, "route     agents run %s\n", u.routeWhy)
 	if u.modelVar == "" {
 		fmt.Fprintf(u.out, "model     SCRIPTED: none of %s is set, so the built-in scripted model answers\n"+
-			"          from the scripts in %s: the answers are scripted, NOT a language model's\n", providers.EnableVars(), u.shown("agents.yaml"))
+			"          from the scripts in the demo agents' metadata (%s): the answers are scripted, NOT a language model's\n", providers.EnableVars(), u.shown(demoAgentsFile))
 	} else {
 		m := u.f.model
 		if m == "" {

@@ -54,14 +54,14 @@ func TestUpDemoExit(t *testing.T) {
 		"neuron state get --global assistant/last_run --addr " + s.state,
 		"neuron workflows show " + wf[1] + " --addr " + s.orchestrator,
 		"  logs       " + filepath.Join(s.dataDir, "logs") + "/{state,operator,environment,orchestrator}.log",
-		"  registry   " + filepath.Join(s.dataDir, "agents.yaml"),
+		"  agents     neuron agents list (demo definitions: " + filepath.Join(s.dataDir, "demo-agents.yaml") + ")",
 		"neuron up: all services stopped",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}
 	}
-	for _, f := range []string{"agents.yaml", "state/state.db", "orchestrator/journal.db", "logs/state.log",
+	for _, f := range []string{"demo-agents.yaml", "state/state.db", "orchestrator/journal.db", "logs/state.log",
 		"logs/operator.log", "logs/environment.log", "logs/orchestrator.log"} {
 		if _, err := os.Stat(filepath.Join(s.dataDir, f)); err != nil {
 			t.Errorf("data dir: %v", err)
