@@ -17,6 +17,13 @@
 // will not (including output cut at the model's max tokens and responses
 // stopped by the provider's content filter).
 //
+// One deployment serves many agents: an invocation's OperatorConfig may
+// carry the agent's instructions (replacing the process prompt), its
+// model parameters, its tool selection and MCP servers of its own, all
+// checked against the deployment's policy, which a definition can only
+// narrow (agents.go). Invocation MCP servers are pooled per definition
+// (mcp.Pool) so a busy agent does not start its server per call.
+//
 // Run serves the service from a Config, the way the operator binary does
 // (the binary only parses flags into the Config); RunOneShot runs one
 // invocation from stdin to stdout, the binary's --one-shot. New builds an

@@ -38,7 +38,17 @@ type OperatorServiceClient interface {
 	// DEADLINE_EXCEEDED when the caller gives up; UNAVAILABLE (ErrorInfo
 	// reason OPERATOR_RETRYABLE) when a dependency such as the model
 	// provider failed in a way a retry may fix; FAILED_PRECONDITION (reason
-	// OPERATOR_NON_RETRYABLE) when it will not; INTERNAL otherwise.
+	// OPERATOR_NON_RETRYABLE) when it will not; INTERNAL otherwise. The
+	// agent carried in OperatorConfig (instructions, allowed_tools,
+	// mcp_servers, model_parameters) adds, each naming the field:
+	// INVALID_ARGUMENT for a malformed definition, an unknown tool, an
+	// invalid output schema or a model parameter the provider cannot
+	// honour; PERMISSION_DENIED for what the deployment's policy forbids (a
+	// disabled tool, a stdio command or HTTP host not allowed);
+	// FAILED_PRECONDITION for a credential_ref the deployment does not
+	// hold; UNAVAILABLE (no retry reason) for an MCP server that cannot be
+	// started or reached; RESOURCE_EXHAUSTED when the operator's MCP
+	// connection pool is full of servers in use. Only that invocation fails.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
 	// ExecuteStream runs one invocation like Execute and streams progress:
 	// text deltas, tool calls started and finished, effects declared, and
@@ -99,7 +109,17 @@ type OperatorServiceServer interface {
 	// DEADLINE_EXCEEDED when the caller gives up; UNAVAILABLE (ErrorInfo
 	// reason OPERATOR_RETRYABLE) when a dependency such as the model
 	// provider failed in a way a retry may fix; FAILED_PRECONDITION (reason
-	// OPERATOR_NON_RETRYABLE) when it will not; INTERNAL otherwise.
+	// OPERATOR_NON_RETRYABLE) when it will not; INTERNAL otherwise. The
+	// agent carried in OperatorConfig (instructions, allowed_tools,
+	// mcp_servers, model_parameters) adds, each naming the field:
+	// INVALID_ARGUMENT for a malformed definition, an unknown tool, an
+	// invalid output schema or a model parameter the provider cannot
+	// honour; PERMISSION_DENIED for what the deployment's policy forbids (a
+	// disabled tool, a stdio command or HTTP host not allowed);
+	// FAILED_PRECONDITION for a credential_ref the deployment does not
+	// hold; UNAVAILABLE (no retry reason) for an MCP server that cannot be
+	// started or reached; RESOURCE_EXHAUSTED when the operator's MCP
+	// connection pool is full of servers in use. Only that invocation fails.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
 	// ExecuteStream runs one invocation like Execute and streams progress:
 	// text deltas, tool calls started and finished, effects declared, and
