@@ -295,13 +295,15 @@ func (d *deferral) hold(h *host) {
 }
 
 // take ends the hold once the operator call returns: from here on the
-// run's next commit makes the write, unless reveal already has.
-func (d *deferral) take() {
+// run's next commit makes the write, unless reveal already has. It says
+// whether the write is still held (not revealed).
+func (d *deferral) take() bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.state == deferHeld {
 		d.state = deferTaken
 	}
-	d.mu.Unlock()
+	return d.state == deferTaken
 }
 
 // reveal returns once the workflow is created in the journal (or its

@@ -154,6 +154,17 @@ func (h *host) commit(ops ...op) error {
 // hold keeps o for the next commit.
 func (h *host) hold(o op) { h.held = append(h.held, o) }
 
+// holdStep holds o, a step's result, back: in place of the step's
+// intent held at h.held[intent] (its record written once), or after
+// what is held (intent < 0).
+func (h *host) holdStep(intent int, o op) {
+	if intent < 0 {
+		h.hold(o)
+		return
+	}
+	h.held[intent] = o
+}
+
 // sync commits what is held back, before the workflow acts outside the
 // process.
 func (h *host) sync() error {
@@ -303,6 +314,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 	)
 	d := h.deferred
 	h.deferred = nil
+	intent := -1 // where the held intent is in h.held
 	if d != nil && h.creating != nil {
 		// The workflow's creation and this intent are held back over the
 		// call (see deferral).
@@ -310,6 +322,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			return nil, err
 		}
 		h.hold(putStep(c.N, st.marshal()))
+		intent = len(h.held) - 1
 	} else {
 		d = nil
 		err = h.commit(beginStep(c.N, func(w *wtx, pending []*signalRecord) (*stepRecord, error) {
@@ -381,8 +394,8 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		d.hold(h)
 	}
 	out, err := h.call(c, agent, in)
-	if d != nil {
-		d.take() // from here on this run's state is its own again
+	if d != nil && !d.take() { // from here on this run's state is its own again
+		intent = -1 // revealed: the intent is journaled
 	}
 	if err != nil {
 		if h.ctx.Err() != nil {
@@ -396,7 +409,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			f = &orchestrator.Failure{Code: int32(errs.Code(errs.DeadlineExceeded)), Message: "the Dispatch caller's deadline passed"}
 		}
 		st.Error = &failure{Code: f.Code, Message: f.Message, Reason: f.Reason}
-		h.hold(finishStep(c.N, st, nil))
+		h.holdStep(intent, finishStep(c.N, st, nil))
 		if deadline {
 			return nil, fmt.Errorf("the Dispatch caller's deadline passed during step %d: %w", c.N, errs.DeadlineExceeded)
 		}
@@ -406,7 +419,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		return nil, err
 	}
 	res := orchestrator.ResultOf(c.Dispatch, out)
-	h.hold(finishStep(c.N, st, func(r *record) {
+	h.holdStep(intent, finishStep(c.N, st, func(r *record) {
 		r.Steps++
 		r.Spent = r.Spent.Add(res.Cost)
 		r.LastOutput = st.Output

@@ -42,8 +42,10 @@ func indexStatus(tx *bolt.Tx, r *record) error {
 	if !r.terminal() {
 		return live.Put(key, st)
 	}
-	if err := live.Delete(key); err != nil {
-		return err
+	if prev != nil { // else created ended, in this write: never live
+		if err := live.Delete(key); err != nil {
+			return err
+		}
 	}
 	if err := tx.Bucket(bucketEnded).Put(endedKey(endTime(r), r.ID), key[:8]); err != nil {
 		return err
