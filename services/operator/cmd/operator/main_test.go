@@ -80,6 +80,8 @@ func TestBadConfig(t *testing.T) {
 		{"zero max turns", []string{"--dev", "--max-turns", "0"}, "max turns"},
 		{"hook down", []string{"--dev", "--tools", "", "--hook-addr", freeAddr(t), "--hook-call-timeout", "300ms"}, "hook"},
 		{"stray argument", []string{"--dev", "serve"}, "unexpected arguments"},
+		{"MCP host with a scheme", []string{"--dev", "--tools", "", "--mcp-http-allow", "https://example.com"}, "--mcp-http-allow"},
+		{"bad MCP credentials", []string{"--dev", "--tools", "", "--mcp-credentials", writeFile(t, dir, "creds.json", `{"credentials":{"x":{}}}`)}, "--mcp-credentials"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
