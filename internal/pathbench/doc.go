@@ -98,39 +98,51 @@
 // after it, 8 at a time: the State API has no batch read, and List
 // returns no values); the orchestrator applies the history effect (one
 // unindexed Write with an idempotency key: one bbolt commit of about 9
-// page writes and its two fdatasyncs). Nothing else: no second read, no
-// value written twice. The second round on State and the operator's side
-// changed: the chain's protovalidate no longer walks the entries of
-// google.protobuf.Struct/Value/ListValue (pkg/grpcserver, skipValueTrees:
-// those types carry no rules; validating a Write of an eight-message
-// entry 66 -> 3.5 µs), and State encodes a stored value without sorting
-// map keys. ROUTES=operator COUNT=1 BENCHTIME=2s, binaries of 97e4ded
-// (before) and 97e4ded with those two commits (after), alternated 4
-// times, medians (CPU µs per model call):
+// page writes and its two fdatasyncs). Nothing else: no second read, and
+// no write that one batch call could merge (the State API has none). The
+// second round on State and the operator's side changed: the chain's
+// protovalidate no longer walks the entries of google.protobuf.Struct,
+// Value and ListValue (pkg/grpcserver, skipValueTrees: those types carry
+// no rules; validating a Write of an eight-message entry 66 -> 3.5 µs);
+// State stores a Write's value as the bytes it arrived in instead of
+// encoding the decoded value again (services/state/codec.go; not behind
+// a middleware), and encodes values written in process without sorting
+// map keys. ROUTES=operator COUNT=1 BENCHTIME=2s scripts/bench-path.sh
+// with the binaries of 97e4ded (before) and of 97e4ded with those three
+// commits (after), alternated 4 times, medians (CPU µs per model call):
 //
-//	| c  | before: total, state, operator, orchestrator | after                        | hand loop, before / after |
-//	|----|----------------------------------------------|------------------------------|---------------------------|
-//	| 1  | 3356 (6.7x), 754, 1085, 1517                 | 3187 (6.2x), 681, 1021, 1486 | 502 / 515                 |
-//	| 16 | 2004 (4.3x), 458, 764, 774                   | 1942 (3.7x), 400, 759, 787   | 463 / 519                 |
+//	| c  | before: total (vs hand), state, operator, orchestrator | after                        | hand loop, before / after |
+//	|----|--------------------------------------------------------|------------------------------|---------------------------|
+//	| 1  | 3108 (6.5x), 707, 974, 1426                            | 3084 (6.7x), 633, 999, 1453  | 477 / 460                 |
+//	| 16 | 1970 (3.8x), 452, 749, 764                             | 1772 (3.5x), 330, 736, 725   | 517 / 513                 |
 //
-// State -10% and -13%; the operator's change is within the noise (load
-// average 6-10 on the 2 CPUs from other sessions: one process's figure
-// varies by ±15% between rounds). Where State's CPU goes now (PERF_DIR
-// profile of the after binaries, c=1 / c=16, by the innermost frame
-// named): its bbolt commit (page writes and fdatasyncs) 18% / 14%; the
-// runtime's sysmon 16% / 10% (it restarts at 20 µs ticks each time the
-// idle process returns from a system call) and the scheduler 9% / 8%;
-// gRPC's reader and writer 21% / 19%; decoding the WriteRequest's
-// structpb value 10% / 13% and encoding it again for storage 3% / 7%;
-// protovalidate 4%; GC 5% / 6%; the audit line 3%. The operator's:
-// the model call (openai-go, net/http, which the hand loop pays too)
-// 34% / 43%; sysmon and the scheduler 22% / 11%; gRPC 17% / 11%; tools
-// 7%; history Load (its List call) 3%; protovalidate of the Execute
+// State -10% at c=1 and -27% at c=16 (lower in each of the 4 paired
+// rounds); the operator's and the orchestrator's changes are within the
+// noise (load average 6-10 on the 2 CPUs from other sessions: one
+// process's figure varies by ±15% between rounds). The target stays
+// missed: the orchestrator (journal commits) is the largest share, then
+// the operator, where the model call that the hand loop also makes is a
+// third of the CPU.
+//
+// Where the CPU goes now (PERF_DIR profiles of the after binaries,
+// c=1 / c=16, each sample by the innermost frame named). State: its bbolt
+// commit (page writes and two fdatasyncs) 22% / 20%; gRPC's reader and
+// writer goroutines 22% / 18%; the Go runtime's sysmon 11% / 11% and
+// scheduler 12% / 5% (sysmon sleeps while the process is idle and
+// restarts its 20 µs ticks after each system call that wakes it, so a
+// service idle between calls pays it on each call; the busy hand loop
+// does not); decoding the WriteRequest (its structpb value: about 450
+// allocations for an eight-message entry) 7% / 12%; protovalidate 5%;
+// GC 6% / 7%; the audit line 2-3%; preparing the write (checks and, no
+// longer, encoding) 1-2%, from 4% / 9%. The operator (unchanged by the
+// codec): the model call (openai-go, net/http, which the hand loop pays
+// too) 34% / 43%; sysmon and the scheduler 22% / 11%; gRPC 17% / 11%;
+// tools 7%; history Load (its List call) 3%; protovalidate of the Execute
 // request 2-3%; encodeEntry under 1%. What is left for State is mostly a
-// gRPC call's and a durable commit's floor; the value's decode and
-// re-encode (13-20%) could go with a codec that stores the received
-// bytes, and State serving a history's entries in one call needs an API
-// that returns values.
+// gRPC call's and a durable commit's floor; decoding the value could go
+// too if the checks walked the wire form and nothing before the handler
+// needed the decoded value, and a session's history in one call needs a
+// State API that returns values.
 //
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
