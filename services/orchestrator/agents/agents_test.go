@@ -357,6 +357,26 @@ func testWorkflowKeepsItsRevision(t *testing.T, dev *testenv.TemporalDev) {
 	}
 }
 
+// TestFileAgentComesBack: an agent of the --agents file that is missing
+// from State after the seeding (deleted, or State replaced by an empty
+// one) is created again at its next dispatch, as a restart would.
+func TestFileAgentComesBack(t *testing.T) {
+	ctx := ctxT(t)
+	_, opAddr := startFake(t, map[string]behaviour{"seeded": answer("back")})
+	o := startOrch(t, t.TempDir(), startState(t), fmt.Sprintf("agents: [{id: seeded, operator: %q}]\n", opAddr))
+	first := waitSeeded(t, o, "seeded")
+	if _, err := o.agents.DeleteAgent(ctx, &agentv1.DeleteAgentRequest{Name: "seeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := dispatch(ctx, o, "seeded"); err != nil || content.TextOf(resp.GetOutput().GetMessage()) != "back" {
+		t.Fatalf("Dispatch of the deleted file agent: %v, %v; want it seeded again and run", resp, err)
+	}
+	again, err := o.agents.GetAgent(ctx, &agentv1.GetAgentRequest{Name: "seeded"})
+	if err != nil || again.GetAgent().GetRevision() <= first.GetAgent().GetRevision() {
+		t.Errorf("GetAgent after the dispatch: %v, %v; want it defined again at a new revision", again, err)
+	}
+}
+
 // TestSharedAndDurable: two orchestrators on one State service see the
 // same definitions; they survive a restart; restarting with the same
 // --agents file does not overwrite an agent changed since it was seeded.

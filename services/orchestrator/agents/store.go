@@ -53,10 +53,11 @@ type Store struct {
 	mu     sync.Mutex
 	cache  map[string]cached
 	pinned map[pinKey]*orchestrator.Agent
-	// file answers for its agents until they are seeded (SetFile,
-	// Seeded): an orchestrator serves at once, whether or not the State
-	// service is up yet.
+	// file is the --agents file (SetFile): its agents answer while State
+	// cannot, and one missing from State is seeded again (reseed).
 	file *orchestrator.Registry
+	// seeded: the file's seeding at start is done (Seeded).
+	seeded bool
 }
 
 type cached struct {
@@ -351,17 +352,43 @@ func (s *Store) forget(name string) {
 	delete(s.cache, name)
 }
 
-// SetFile makes the agents of a YAML registry answer Lookup, while they
-// are not seeded, when the State service has not got them or cannot be
-// reached. Seeded ends that: from then on State alone decides.
+// SetFile makes the agents of a YAML registry answer Lookup when the
+// State service cannot be reached (and no definition read before is at
+// hand) or, before Seeded, has not got them yet. After Seeded, a file
+// agent that State has not got (deleted, or State replaced by an empty
+// one) is seeded again at its next lookup, as a restart would: the file
+// creates the agents it lists that do not exist.
 func (s *Store) SetFile(r *orchestrator.Registry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.file = r
 }
 
-// Seeded says the file's agents are in the State service now.
-func (s *Store) Seeded() { s.SetFile(nil) }
+// Seeded says the seeding of the file at start is done.
+func (s *Store) Seeded() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seeded = true
+}
+
+func (s *Store) isSeeded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seeded
+}
+
+// reseed creates file agent fa, missing from State, again and returns
+// the definition stored (another replica's, when it was first).
+func (s *Store) reseed(ctx context.Context, fa *orchestrator.Agent) (*orchestrator.Agent, error) {
+	a, err := s.Create(ctx, FromAgent(fa))
+	if errors.Is(err, errs.AlreadyExists) {
+		a, _, err = s.read(ctx, fa.ID)
+	}
+	if err != nil || a == nil {
+		return fa, nil // State will say next time; the file's meanwhile
+	}
+	return ToAgent(a)
+}
 
 func (s *Store) fromFile(id string) *orchestrator.Agent {
 	s.mu.Lock()
@@ -419,7 +446,10 @@ func (s *Store) Lookup(id string) (*orchestrator.Agent, error) {
 	}
 	if a == nil {
 		if fa := s.fromFile(id); fa != nil {
-			return fa, nil // not seeded yet
+			if !s.isSeeded() {
+				return fa, nil // not seeded yet
+			}
+			return s.reseed(ctx, fa)
 		}
 		s.forget(id)
 		return nil, s.notFound(ctx, id)

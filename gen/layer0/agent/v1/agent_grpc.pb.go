@@ -68,7 +68,9 @@ type AgentServiceClient interface {
 	// revision is not expected_revision: read it again and reapply.
 	UpdateAgent(ctx context.Context, in *UpdateAgentRequest, opts ...grpc.CallOption) (*UpdateAgentResponse, error)
 	// DeleteAgent removes an agent; new dispatches of it are NOT_FOUND.
-	// Workflows already running keep the revision they started with.
+	// Workflows already running keep the revision they started with. (The
+	// reference orchestrator creates an agent its --agents file lists again
+	// when it is missing: remove such an agent from the file too.)
 	// Errors: INVALID_ARGUMENT for a bad name; NOT_FOUND for an unknown
 	// agent; FAILED_PRECONDITION (reason STALE_REVISION) when
 	// expected_revision is set and is not the agent's revision.
@@ -175,7 +177,9 @@ type AgentServiceServer interface {
 	// revision is not expected_revision: read it again and reapply.
 	UpdateAgent(context.Context, *UpdateAgentRequest) (*UpdateAgentResponse, error)
 	// DeleteAgent removes an agent; new dispatches of it are NOT_FOUND.
-	// Workflows already running keep the revision they started with.
+	// Workflows already running keep the revision they started with. (The
+	// reference orchestrator creates an agent its --agents file lists again
+	// when it is missing: remove such an agent from the file too.)
 	// Errors: INVALID_ARGUMENT for a bad name; NOT_FOUND for an unknown
 	// agent; FAILED_PRECONDITION (reason STALE_REVISION) when
 	// expected_revision is set and is not the agent's revision.
