@@ -516,16 +516,25 @@ func (x *SignalPayload) GetData() *structpb.Value {
 // Delegate asks the orchestrator to dispatch another agent. The
 // orchestrator builds the child's OperatorInput (trigger TASK, this
 // dispatch as parent) and returns the child's result to this workflow.
+//
+// The task is a brief, a message, or both. With a brief, the child's
+// input is built from it (goal, key facts, expected output, workspace
+// path) and its limits narrow the child's OperatorConfig (see
+// SubagentBrief); a message given as well is appended to the brief's
+// text as context from the delegating agent. Without a brief, the
+// message is the child's input as is (the form before briefs existed).
 type Delegate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The agent to dispatch.
 	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// The task for the child agent.
+	// The task for the child agent; with a brief, context appended to it.
 	Message *Content `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// The child's session; empty means a fresh one.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Passed through to the child's OperatorInput.metadata.
-	Metadata      *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// What the child is to do and within which limits.
+	Brief         *SubagentBrief `protobuf:"bytes,5,opt,name=brief,proto3" json:"brief,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +597,145 @@ func (x *Delegate) GetMetadata() *structpb.Struct {
 	return nil
 }
 
+func (x *Delegate) GetBrief() *SubagentBrief {
+	if x != nil {
+		return x.Brief
+	}
+	return nil
+}
+
+// SubagentBrief is a delegated task as a self-contained assignment: the
+// child does not see the delegating agent's conversation, so everything
+// it needs is here, with the limits it runs within. The orchestrator
+// narrows the child's invocation with it and never widens it: tools are
+// the intersection of tools and the child definition's allowed tools,
+// max_turns and max_cost the smaller of the brief's and the
+// definition's, max_cost also at most what is left of the workflow
+// budget. The brief is part of the delegating operator's recorded
+// output, so a replayed workflow uses the same one.
+type SubagentBrief struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the child is to achieve, stated so that it can work without the
+	// delegating conversation.
+	Goal string `protobuf:"bytes,1,opt,name=goal,proto3" json:"goal,omitempty"`
+	// Facts the child needs and cannot find itself, one per entry: at most
+	// 32 entries of at most 4096 characters each.
+	KeyFacts []string `protobuf:"bytes,2,rep,name=key_facts,json=keyFacts,proto3" json:"key_facts,omitempty"`
+	// The tools the child may use, by name. The child runs with the
+	// intersection of these and the tools its definition allows; a name
+	// its definition does not allow is dropped, not an error, and an empty
+	// intersection means no tools. Empty: the definition's own tools.
+	Tools []string `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Where in the workspace the child works, as a relative path such as
+	// "reports/q3" (slash-separated, no ".." element, not absolute). The
+	// operator takes no per-invocation working directory, so this is told
+	// to the child in its task text and passed in its
+	// OperatorInput.metadata "workspace_path".
+	WorkspacePath string `protobuf:"bytes,4,opt,name=workspace_path,json=workspacePath,proto3" json:"workspace_path,omitempty"`
+	// The expected answer, in words: what to report and how ("a bulleted
+	// list of findings with sources").
+	OutputFormat string `protobuf:"bytes,5,opt,name=output_format,json=outputFormat,proto3" json:"output_format,omitempty"`
+	// The expected answer as a JSON Schema: the child is asked to answer
+	// with one JSON value matching it, and the delegating agent is told
+	// whether its answer parsed and matched.
+	OutputSchema *structpb.Struct `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// The most model turns the child may take; the smaller of this and its
+	// definition's max_turns applies. Unset: the definition's.
+	MaxTurns *uint32 `protobuf:"varint,7,opt,name=max_turns,json=maxTurns,proto3,oneof" json:"max_turns,omitempty"`
+	// The most the child's invocation may cost; the smallest of this, its
+	// definition's max_cost and what is left of the workflow budget
+	// applies. Unset: the definition's and the workflow's.
+	MaxCost       *Money `protobuf:"bytes,8,opt,name=max_cost,json=maxCost,proto3" json:"max_cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentBrief) Reset() {
+	*x = SubagentBrief{}
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentBrief) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentBrief) ProtoMessage() {}
+
+func (x *SubagentBrief) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentBrief.ProtoReflect.Descriptor instead.
+func (*SubagentBrief) Descriptor() ([]byte, []int) {
+	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SubagentBrief) GetGoal() string {
+	if x != nil {
+		return x.Goal
+	}
+	return ""
+}
+
+func (x *SubagentBrief) GetKeyFacts() []string {
+	if x != nil {
+		return x.KeyFacts
+	}
+	return nil
+}
+
+func (x *SubagentBrief) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *SubagentBrief) GetWorkspacePath() string {
+	if x != nil {
+		return x.WorkspacePath
+	}
+	return ""
+}
+
+func (x *SubagentBrief) GetOutputFormat() string {
+	if x != nil {
+		return x.OutputFormat
+	}
+	return ""
+}
+
+func (x *SubagentBrief) GetOutputSchema() *structpb.Struct {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *SubagentBrief) GetMaxTurns() uint32 {
+	if x != nil && x.MaxTurns != nil {
+		return *x.MaxTurns
+	}
+	return 0
+}
+
+func (x *SubagentBrief) GetMaxCost() *Money {
+	if x != nil {
+		return x.MaxCost
+	}
+	return nil
+}
+
 // Handoff ends the current agent; the next agent takes over the workflow.
 type Handoff struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -601,7 +749,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[6]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +761,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[6]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +774,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{6}
+	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Handoff) GetAgentId() string {
@@ -659,7 +807,7 @@ type LogEffect struct {
 
 func (x *LogEffect) Reset() {
 	*x = LogEffect{}
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[7]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +819,7 @@ func (x *LogEffect) String() string {
 func (*LogEffect) ProtoMessage() {}
 
 func (x *LogEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[7]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +832,7 @@ func (x *LogEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEffect.ProtoReflect.Descriptor instead.
 func (*LogEffect) Descriptor() ([]byte, []int) {
-	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{7}
+	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogEffect) GetLevel() LogLevel {
@@ -723,7 +871,7 @@ type CustomEffect struct {
 
 func (x *CustomEffect) Reset() {
 	*x = CustomEffect{}
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[8]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +883,7 @@ func (x *CustomEffect) String() string {
 func (*CustomEffect) ProtoMessage() {}
 
 func (x *CustomEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_types_v1_effect_proto_msgTypes[8]
+	mi := &file_layer0_types_v1_effect_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +896,7 @@ func (x *CustomEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomEffect.ProtoReflect.Descriptor instead.
 func (*CustomEffect) Descriptor() ([]byte, []int) {
-	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{8}
+	return file_layer0_types_v1_effect_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CustomEffect) GetEffectType() string {
@@ -769,7 +917,7 @@ var File_layer0_types_v1_effect_proto protoreflect.FileDescriptor
 
 const file_layer0_types_v1_effect_proto_rawDesc = "" +
 	"\n" +
-	"\x1clayer0/types/v1/effect.proto\x12\x0flayer0.types.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1dlayer0/types/v1/content.proto\x1a\x1blayer0/types/v1/scope.proto\"\xe6\x03\n" +
+	"\x1clayer0/types/v1/effect.proto\x12\x0flayer0.types.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1dlayer0/types/v1/content.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1blayer0/types/v1/scope.proto\"\xe6\x03\n" +
 	"\x06Effect\x123\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x04R\x0eidempotencyKey\x12A\n" +
@@ -799,14 +947,29 @@ const file_layer0_types_v1_effect_proto_rawDesc = "" +
 	"\vsignal_type\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
 	"signalType\x12*\n" +
-	"\x04data\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x04data\"\xcb\x01\n" +
+	"\x04data\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x04data\"\xed\x02\n" +
 	"\bDelegate\x12%\n" +
 	"\bagent_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aagentId\x12:\n" +
-	"\amessage\x18\x02 \x01(\v2\x18.layer0.types.v1.ContentB\x06\xbaH\x03\xc8\x01\x01R\amessage\x12'\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aagentId\x122\n" +
+	"\amessage\x18\x02 \x01(\v2\x18.layer0.types.v1.ContentR\amessage\x12'\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\tsessionId\x123\n" +
-	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"^\n" +
+	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x124\n" +
+	"\x05brief\x18\x05 \x01(\v2\x1e.layer0.types.v1.SubagentBriefR\x05brief:r\xbaHo\x1am\n" +
+	"\rdelegate.task\x126set brief (a goal for the agent) or message (its task)\x1a$has(this.brief) || has(this.message)\"\xed\x04\n" +
+	"\rSubagentBrief\x12\x1f\n" +
+	"\x04goal\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x01R\x04goal\x12.\n" +
+	"\tkey_facts\x18\x02 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\x80 R\bkeyFacts\x12)\n" +
+	"\x05tools\x18\x03 \x03(\tB\x13\xbaH\x10\x92\x01\r\x10@\x18\x01\"\ar\x05\x10\x01\x18\x80\x02R\x05tools\x12\x83\x02\n" +
+	"\x0eworkspace_path\x18\x04 \x01(\tB\xdb\x01\xbaH\xd7\x01\xba\x01\xce\x01\n" +
+	"\x1dbrief.workspace_path.relative\x12Ymust be a relative path inside the workspace: not absolute, no \"..\" element, no backslash\x1aR!this.startsWith('/') && !this.contains('\\\\') && !this.matches('(^|/)[.][.](/|$)')r\x03\x18\x80\bR\rworkspacePath\x12-\n" +
+	"\routput_format\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80@R\foutputFormat\x12<\n" +
+	"\routput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12,\n" +
+	"\tmax_turns\x18\a \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\xe8\a(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
+	"\bmax_cost\x18\b \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCostB\f\n" +
+	"\n" +
+	"_max_turns\"^\n" +
 	"\aHandoff\x12%\n" +
 	"\bagent_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aagentId\x12,\n" +
@@ -841,7 +1004,7 @@ func file_layer0_types_v1_effect_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_types_v1_effect_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_types_v1_effect_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_layer0_types_v1_effect_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_layer0_types_v1_effect_proto_goTypes = []any{
 	(LogLevel)(0),           // 0: layer0.types.v1.LogLevel
 	(*Effect)(nil),          // 1: layer0.types.v1.Effect
@@ -850,38 +1013,43 @@ var file_layer0_types_v1_effect_proto_goTypes = []any{
 	(*SignalEffect)(nil),    // 4: layer0.types.v1.SignalEffect
 	(*SignalPayload)(nil),   // 5: layer0.types.v1.SignalPayload
 	(*Delegate)(nil),        // 6: layer0.types.v1.Delegate
-	(*Handoff)(nil),         // 7: layer0.types.v1.Handoff
-	(*LogEffect)(nil),       // 8: layer0.types.v1.LogEffect
-	(*CustomEffect)(nil),    // 9: layer0.types.v1.CustomEffect
-	(*Scope)(nil),           // 10: layer0.types.v1.Scope
-	(*structpb.Value)(nil),  // 11: google.protobuf.Value
-	(*Content)(nil),         // 12: layer0.types.v1.Content
-	(*structpb.Struct)(nil), // 13: google.protobuf.Struct
+	(*SubagentBrief)(nil),   // 7: layer0.types.v1.SubagentBrief
+	(*Handoff)(nil),         // 8: layer0.types.v1.Handoff
+	(*LogEffect)(nil),       // 9: layer0.types.v1.LogEffect
+	(*CustomEffect)(nil),    // 10: layer0.types.v1.CustomEffect
+	(*Scope)(nil),           // 11: layer0.types.v1.Scope
+	(*structpb.Value)(nil),  // 12: google.protobuf.Value
+	(*Content)(nil),         // 13: layer0.types.v1.Content
+	(*structpb.Struct)(nil), // 14: google.protobuf.Struct
+	(*Money)(nil),           // 15: layer0.types.v1.Money
 }
 var file_layer0_types_v1_effect_proto_depIdxs = []int32{
 	2,  // 0: layer0.types.v1.Effect.write_memory:type_name -> layer0.types.v1.WriteMemory
 	3,  // 1: layer0.types.v1.Effect.delete_memory:type_name -> layer0.types.v1.DeleteMemory
 	4,  // 2: layer0.types.v1.Effect.signal:type_name -> layer0.types.v1.SignalEffect
 	6,  // 3: layer0.types.v1.Effect.delegate:type_name -> layer0.types.v1.Delegate
-	7,  // 4: layer0.types.v1.Effect.handoff:type_name -> layer0.types.v1.Handoff
-	8,  // 5: layer0.types.v1.Effect.log:type_name -> layer0.types.v1.LogEffect
-	9,  // 6: layer0.types.v1.Effect.custom:type_name -> layer0.types.v1.CustomEffect
-	10, // 7: layer0.types.v1.WriteMemory.scope:type_name -> layer0.types.v1.Scope
-	11, // 8: layer0.types.v1.WriteMemory.value:type_name -> google.protobuf.Value
-	10, // 9: layer0.types.v1.DeleteMemory.scope:type_name -> layer0.types.v1.Scope
+	8,  // 4: layer0.types.v1.Effect.handoff:type_name -> layer0.types.v1.Handoff
+	9,  // 5: layer0.types.v1.Effect.log:type_name -> layer0.types.v1.LogEffect
+	10, // 6: layer0.types.v1.Effect.custom:type_name -> layer0.types.v1.CustomEffect
+	11, // 7: layer0.types.v1.WriteMemory.scope:type_name -> layer0.types.v1.Scope
+	12, // 8: layer0.types.v1.WriteMemory.value:type_name -> google.protobuf.Value
+	11, // 9: layer0.types.v1.DeleteMemory.scope:type_name -> layer0.types.v1.Scope
 	5,  // 10: layer0.types.v1.SignalEffect.payload:type_name -> layer0.types.v1.SignalPayload
-	11, // 11: layer0.types.v1.SignalPayload.data:type_name -> google.protobuf.Value
-	12, // 12: layer0.types.v1.Delegate.message:type_name -> layer0.types.v1.Content
-	13, // 13: layer0.types.v1.Delegate.metadata:type_name -> google.protobuf.Struct
-	11, // 14: layer0.types.v1.Handoff.state:type_name -> google.protobuf.Value
-	0,  // 15: layer0.types.v1.LogEffect.level:type_name -> layer0.types.v1.LogLevel
-	11, // 16: layer0.types.v1.LogEffect.data:type_name -> google.protobuf.Value
-	11, // 17: layer0.types.v1.CustomEffect.data:type_name -> google.protobuf.Value
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	12, // 11: layer0.types.v1.SignalPayload.data:type_name -> google.protobuf.Value
+	13, // 12: layer0.types.v1.Delegate.message:type_name -> layer0.types.v1.Content
+	14, // 13: layer0.types.v1.Delegate.metadata:type_name -> google.protobuf.Struct
+	7,  // 14: layer0.types.v1.Delegate.brief:type_name -> layer0.types.v1.SubagentBrief
+	14, // 15: layer0.types.v1.SubagentBrief.output_schema:type_name -> google.protobuf.Struct
+	15, // 16: layer0.types.v1.SubagentBrief.max_cost:type_name -> layer0.types.v1.Money
+	12, // 17: layer0.types.v1.Handoff.state:type_name -> google.protobuf.Value
+	0,  // 18: layer0.types.v1.LogEffect.level:type_name -> layer0.types.v1.LogLevel
+	12, // 19: layer0.types.v1.LogEffect.data:type_name -> google.protobuf.Value
+	12, // 20: layer0.types.v1.CustomEffect.data:type_name -> google.protobuf.Value
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_layer0_types_v1_effect_proto_init() }
@@ -890,6 +1058,7 @@ func file_layer0_types_v1_effect_proto_init() {
 		return
 	}
 	file_layer0_types_v1_content_proto_init()
+	file_layer0_types_v1_money_proto_init()
 	file_layer0_types_v1_scope_proto_init()
 	file_layer0_types_v1_effect_proto_msgTypes[0].OneofWrappers = []any{
 		(*Effect_WriteMemory)(nil),
@@ -900,13 +1069,14 @@ func file_layer0_types_v1_effect_proto_init() {
 		(*Effect_Log)(nil),
 		(*Effect_Custom)(nil),
 	}
+	file_layer0_types_v1_effect_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_types_v1_effect_proto_rawDesc), len(file_layer0_types_v1_effect_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
