@@ -3,17 +3,22 @@ package effect
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/operator/tool"
 )
@@ -172,21 +177,33 @@ func declareDeleteMemory(dc tool.DeclareContext, in json.RawMessage) (*typesv1.E
 	}}}, nil
 }
 
-// Delegate returns the delegate tool: it declares a Delegate effect whose
-// message is the task as text.
+// Delegate returns the delegate tool: it declares a Delegate effect. The
+// model gives a brief (goal, key facts, tools, workspace path, expected
+// output, limits: typesv1.SubagentBrief), a plain message (the form
+// before briefs), or both, the message then being context for the brief.
 func Delegate() tool.EffectTool {
 	return &effectTool{
 		spec: tool.Spec{
-			Name:        DelegateName,
-			Description: "Ask another agent to do a task. The agent is started after your turn ends, and its result comes back to this workflow. Give it everything it needs in the message: it does not see this conversation.",
+			Name: DelegateName,
+			Description: "Ask another agent to do a task. The agent is started after your turn ends, and its result comes back to this workflow as a JSON object " +
+				"(its answer, how it ended, what it cost, the turns it used). It does not see this conversation: state the task in \"goal\" and give it what it needs in \"key_facts\". " +
+				"You may narrow what it can do (\"tools\", \"max_turns\", \"max_cost\"); it never gets more than its own definition allows. \"message\" alone still works for a plain task.",
 			Schema: schema(`{
   "type": "object",
   "properties": {
     "agent_id": ` + fmt.Sprintf(idSchema, "The id of the agent to delegate to.") + `,
-    "message": {"type": "string", "minLength": 1, "description": "The task for the agent, self-contained."},
+    "goal": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "What the agent is to achieve, self-contained."},
+    "key_facts": {"type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 4096}, "description": "Facts the agent needs and cannot find itself, one per entry (at most 32, each at most 4096 characters)."},
+    "tools": {"type": "array", "maxItems": 64, "uniqueItems": true, "items": {"type": "string", "minLength": 1, "maxLength": 256}, "description": "The tools the agent may use, by name; tools its own definition does not allow are dropped. Omit it to let it use its own tools."},
+    "workspace_path": {"type": "string", "maxLength": 1024, "description": "Where in the workspace it works, as a relative path such as \"reports/q3\" (no \"..\", not absolute)."},
+    "output_format": {"type": "string", "maxLength": 8192, "description": "What its answer should contain and how it is laid out."},
+    "output_schema": {"type": "object", "description": "A JSON Schema its answer must match; it is asked to answer with JSON only, and you are told whether the answer parsed."},
+    "max_turns": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "The most model turns it may take."},
+    "max_cost": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$", "description": "The most it may spend, in US dollars as a decimal string such as \"0.50\"."},
+    "message": {"type": "string", "minLength": 1, "description": "The task as plain text, when you give no goal; with a goal, extra context for it."},
     "session_id": {"type": "string", "maxLength": 256, "description": "The session the agent continues; omit it for a fresh session."}
   },
-  "required": ["agent_id", "message"],
+  "required": ["agent_id"],
   "additionalProperties": false
 }`),
 		},
@@ -195,11 +212,31 @@ func Delegate() tool.EffectTool {
 	}
 }
 
+// Limits of the delegate tool's brief arguments (the proto's, checked here
+// first so the model is told in its own terms).
+const (
+	MaxGoalLen         = 16384
+	MaxKeyFacts        = 32
+	MaxKeyFactLen      = 4096
+	MaxBriefTools      = 64
+	MaxWorkspacePath   = 1024
+	MaxOutputFormatLen = 8192
+	MaxBriefTurns      = 1000
+)
+
 func declareDelegate(_ tool.DeclareContext, in json.RawMessage) (*typesv1.Effect, error) {
 	var args struct {
-		AgentID   string `json:"agent_id"`
-		Message   string `json:"message"`
-		SessionID string `json:"session_id"`
+		AgentID       string          `json:"agent_id"`
+		Goal          *string         `json:"goal"`
+		KeyFacts      []string        `json:"key_facts"`
+		Tools         []string        `json:"tools"`
+		WorkspacePath string          `json:"workspace_path"`
+		OutputFormat  string          `json:"output_format"`
+		OutputSchema  json.RawMessage `json:"output_schema"`
+		MaxTurns      *int64          `json:"max_turns"`
+		MaxCost       *string         `json:"max_cost"`
+		Message       *string         `json:"message"`
+		SessionID     string          `json:"session_id"`
 	}
 	if err := decodeArgs(in, &args); err != nil {
 		return nil, err
@@ -207,15 +244,134 @@ func declareDelegate(_ tool.DeclareContext, in json.RawMessage) (*typesv1.Effect
 	if err := checkID("agent_id", args.AgentID, true); err != nil {
 		return nil, err
 	}
-	if args.Message == "" {
-		return nil, tool.Errorf(errs.InvalidArgument, `"message" is empty; give the agent its task`)
-	}
 	if err := checkID("session_id", args.SessionID, false); err != nil {
 		return nil, err
 	}
-	return &typesv1.Effect{Kind: &typesv1.Effect_Delegate{Delegate: &typesv1.Delegate{
-		AgentId: args.AgentID, Message: content.Text(args.Message), SessionId: args.SessionID,
-	}}}, nil
+	briefArgs := args.Goal != nil || args.KeyFacts != nil || args.Tools != nil || args.WorkspacePath != "" || args.OutputFormat != "" ||
+		args.OutputSchema != nil || args.MaxTurns != nil || args.MaxCost != nil
+	d := &typesv1.Delegate{AgentId: args.AgentID, SessionId: args.SessionID}
+	if args.Message != nil {
+		if *args.Message == "" {
+			return nil, tool.Errorf(errs.InvalidArgument, `"message" is empty; give the agent its task, or omit "message" and state it in "goal"`)
+		}
+		d.Message = content.Text(*args.Message)
+	}
+	if !briefArgs {
+		if d.Message == nil {
+			return nil, tool.Errorf(errs.InvalidArgument, `no task: give the agent its task in "goal" (with "key_facts" it needs) or in "message"`)
+		}
+		return &typesv1.Effect{Kind: &typesv1.Effect_Delegate{Delegate: d}}, nil
+	}
+	b, err := briefOf(args.Goal, args.KeyFacts, args.Tools, args.WorkspacePath, args.OutputFormat, args.OutputSchema, args.MaxTurns, args.MaxCost)
+	if err != nil {
+		return nil, err
+	}
+	d.Brief = b
+	// The checks above mirror the proto's rules; this one makes sure
+	// nothing the orchestrator would refuse leaves the operator.
+	if err := protovalidate.Validate(d); err != nil {
+		return nil, tool.Errorf(errs.InvalidArgument, "the delegation is invalid: %s", violations(err))
+	}
+	return &typesv1.Effect{Kind: &typesv1.Effect_Delegate{Delegate: d}}, nil
+}
+
+// briefOf checks the brief's arguments, each against its limit, and
+// builds the brief.
+func briefOf(goal *string, facts, tools []string, workspace, format string, outSchema json.RawMessage, maxTurns *int64, maxCost *string) (*typesv1.SubagentBrief, error) {
+	if goal == nil || strings.TrimSpace(*goal) == "" {
+		return nil, tool.Errorf(errs.InvalidArgument, `"goal" is empty; state what the agent is to achieve (a brief needs a goal)`)
+	}
+	if n := utf8.RuneCountInString(*goal); n > MaxGoalLen {
+		return nil, tool.Errorf(errs.InvalidArgument, `"goal" is %d characters; the limit is %d: move details into "key_facts"`, n, MaxGoalLen)
+	}
+	b := &typesv1.SubagentBrief{Goal: *goal, KeyFacts: facts, Tools: tools, WorkspacePath: workspace, OutputFormat: format}
+	if len(facts) > MaxKeyFacts {
+		return nil, tool.Errorf(errs.InvalidArgument, `"key_facts" has %d entries; the limit is %d: merge or drop some`, len(facts), MaxKeyFacts)
+	}
+	for i, f := range facts {
+		switch n := utf8.RuneCountInString(f); {
+		case strings.TrimSpace(f) == "":
+			return nil, tool.Errorf(errs.InvalidArgument, `"key_facts"[%d] is empty; drop it`, i)
+		case n > MaxKeyFactLen:
+			return nil, tool.Errorf(errs.InvalidArgument, `"key_facts"[%d] is %d characters; the limit is %d: split or shorten it`, i, n, MaxKeyFactLen)
+		}
+	}
+	if len(tools) > MaxBriefTools {
+		return nil, tool.Errorf(errs.InvalidArgument, `"tools" has %d names; the limit is %d`, len(tools), MaxBriefTools)
+	}
+	seen := map[string]bool{}
+	for i, t := range tools {
+		if err := checkID(fmt.Sprintf("tools[%d]", i), t, true); err != nil {
+			return nil, err
+		}
+		if seen[t] {
+			return nil, tool.Errorf(errs.InvalidArgument, `"tools" names %q twice; name each tool once`, t)
+		}
+		seen[t] = true
+	}
+	if err := checkWorkspacePath(workspace); err != nil {
+		return nil, err
+	}
+	if n := utf8.RuneCountInString(format); n > MaxOutputFormatLen {
+		return nil, tool.Errorf(errs.InvalidArgument, `"output_format" is %d characters; the limit is %d`, n, MaxOutputFormatLen)
+	}
+	if outSchema != nil && string(bytes.TrimSpace(outSchema)) != "null" {
+		v, err := jsonValue(outSchema, "/output_schema")
+		if err != nil {
+			return nil, err
+		}
+		if v.GetStructValue() == nil {
+			return nil, tool.Errorf(errs.InvalidArgument, `"output_schema" must be a JSON Schema object such as {"type": "object", "properties": {...}}`)
+		}
+		b.OutputSchema = v.GetStructValue()
+	}
+	if maxTurns != nil {
+		if *maxTurns < 1 || *maxTurns > MaxBriefTurns {
+			return nil, tool.Errorf(errs.InvalidArgument, `"max_turns" is %d; give a number from 1 to %d`, *maxTurns, MaxBriefTurns)
+		}
+		b.MaxTurns = proto.Uint32(uint32(*maxTurns))
+	}
+	if maxCost != nil {
+		m := &typesv1.Money{Amount: *maxCost}
+		if _, err := money.Parse(m); err != nil || *maxCost == "" {
+			return nil, tool.Errorf(errs.InvalidArgument, `"max_cost" is %q; give US dollars as a decimal string such as "0.50"`, *maxCost)
+		}
+		b.MaxCost = m
+	}
+	return b, nil
+}
+
+// checkWorkspacePath refuses a workspace path that is absolute, leaves
+// the workspace ("..") or is too long.
+func checkWorkspacePath(p string) error {
+	switch {
+	case utf8.RuneCountInString(p) > MaxWorkspacePath:
+		return tool.Errorf(errs.InvalidArgument, `"workspace_path" is %d characters; the limit is %d`, utf8.RuneCountInString(p), MaxWorkspacePath)
+	case strings.HasPrefix(p, "/"):
+		return tool.Errorf(errs.InvalidArgument, `"workspace_path" %q is absolute; give a path relative to the workspace, such as "reports/q3"`, p)
+	case strings.Contains(p, "\\"):
+		return tool.Errorf(errs.InvalidArgument, `"workspace_path" %q has a backslash; separate directories with "/"`, p)
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return tool.Errorf(errs.InvalidArgument, `"workspace_path" %q has a ".." element; it must stay inside the workspace`, p)
+	}
+	return nil
+}
+
+// violations lists a protovalidate error's violations as "field: message".
+func violations(err error) string {
+	var verr *protovalidate.ValidationError
+	if !errors.As(err, &verr) {
+		return err.Error()
+	}
+	msgs := make([]string, 0, len(verr.Violations))
+	for _, v := range verr.Violations {
+		m := v.Proto.GetMessage()
+		if f := protovalidate.FieldPathString(v.Proto.GetField()); f != "" {
+			m = f + ": " + m
+		}
+		msgs = append(msgs, m)
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // Handoff returns the handoff tool: it declares a Handoff effect.

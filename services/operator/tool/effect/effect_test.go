@@ -264,7 +264,7 @@ func TestDeclareErrors(t *testing.T) {
 		{name: "deep enough", tool: "handoff", dc: full, input: `{"agent_id":"a","state":` + okDeep + `}`},
 		{name: "empty agent", tool: "delegate", dc: full, input: `{"agent_id":"","message":"m"}`, wantErr: `"agent_id" is empty`},
 		{name: "long agent", tool: "handoff", dc: full, input: `{"agent_id":"` + strings.Repeat("a", 257) + `"}`, wantErr: `"agent_id" is 257 characters; the limit is 256`},
-		{name: "empty message", tool: "delegate", dc: full, input: `{"agent_id":"a","message":""}`, wantErr: `"message" is empty; give the agent its task`},
+		{name: "empty message", tool: "delegate", dc: full, input: `{"agent_id":"a","message":""}`, wantErr: `"message" is empty; give the agent its task, or omit "message" and state it in "goal"`},
 		{name: "long session", tool: "delegate", dc: full, input: `{"agent_id":"a","message":"m","session_id":"` + strings.Repeat("s", 257) + `"}`, wantErr: `"session_id" is 257 characters; the limit is 256`},
 		{name: "empty signal type", tool: "signal", dc: full, input: `{"workflow_id":"w","signal_type":""}`, wantErr: `"signal_type" is empty`},
 		{name: "empty workflow", tool: "signal", dc: full, input: `{"workflow_id":"","signal_type":"t"}`, wantErr: `"workflow_id" is empty`},
@@ -319,7 +319,7 @@ func TestSchemas(t *testing.T) {
 		{"write_memory", `{"key":"k","value":1,"scope":"planet"}`, `- at /scope: value must be one of "session", "workflow", "agent", "global"; schema: {"description":"Where the memory lives: \"session\" (this conversation; the default), \"workflow\" (this workflow run), \"agent\" (this agent within this workflow run) or \"global\" (shared by all workflows).","enum":["session","workflow","agent","global"],"type":"string"}`},
 		{"write_memory", `{"key":"k"}`, `- at /value: missing required property "value"; schema: {"description":"The value to store. Any JSON value; integers beyond 2^53 must be sent as strings."}`},
 		{"delete_memory", `{"key":""}`, `- at /key: minLength: got 0 characters, want at least 1; schema: {"description":"The key, unique within the scope, such as \"user/preferences\" (at most 1024 bytes).","maxLength":1024,"minLength":1,"type":"string"}`},
-		{"delegate", `{"agent_id":"a","message":"m","extra":1}`, `- at /extra: property "extra" is not allowed; allowed properties: "agent_id", "message", "session_id"`},
+		{"delegate", `{"agent_id":"a","message":"m","extra":1}`, `- at /extra: property "extra" is not allowed; allowed properties: "agent_id", "goal", "key_facts", "max_cost", "max_turns", "message", "output_format", "output_schema", "session_id", "tools", "workspace_path"`},
 		{"handoff", `{}`, `- at /agent_id: missing required property "agent_id"; schema: {"description":"The id of the agent that takes over.","maxLength":256,"minLength":1,"type":"string"}`},
 		{"signal", `{"workflow_id":"w","signal_type":7}`, `- at /signal_type: got number, want string; schema: {"description":"The kind of signal, such as \"user_feedback\" or \"approve\".","maxLength":256,"minLength":1,"type":"string"}`},
 	}
