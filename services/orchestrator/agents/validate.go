@@ -40,13 +40,28 @@ var embeddedCatalog = sync.OnceValues(func() (*catalog.Catalog, error) { return 
 
 // DefaultModels is the model catalog the operator embeds
 // (services/operator/catalog): the names a definition's model may use
-// unless the orchestrator is given another.
-func DefaultModels() (Models, error) {
+// unless the orchestrator is given another. It is parsed at its first
+// use, not at start: most orchestrators never check a model name.
+func DefaultModels() (Models, error) { return lazyCatalog{}, nil }
+
+// lazyCatalog is the embedded catalog, loaded on first use; a catalog
+// that does not load (it is compiled in and tested) knows no model.
+type lazyCatalog struct{}
+
+func (lazyCatalog) Lookup(name string) (catalog.Model, bool) {
 	c, err := embeddedCatalog()
 	if err != nil {
-		return nil, err
+		return catalog.Model{}, false
 	}
-	return c, nil
+	return c.Lookup(name)
+}
+
+func (lazyCatalog) Names() []string {
+	c, err := embeddedCatalog()
+	if err != nil {
+		return []string{"none (the embedded model catalog did not load: " + err.Error() + ")"}
+	}
+	return c.Names()
 }
 
 // violation is one field at fault.
