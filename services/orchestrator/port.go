@@ -160,6 +160,11 @@ type DelegationRef struct {
 	Exit       string
 	Step       uint64
 	Detail     string
+	// First is the child's first step (0: unknown, then Step alone is
+	// counted for its cost and turns); At and Index locate the Delegate
+	// effect (its brief) in the delegating step's output.
+	First, At uint64
+	Index     int
 }
 
 // StepCall is one operator call of the workflow.
@@ -204,6 +209,9 @@ type EffectRef struct {
 	Agent string
 	// Session of a delegate.
 	Session *string
+	// Invalid says why a delegate breaks the Delegate message's rules
+	// (such as a brief's workspace path): the workflow refuses it.
+	Invalid string
 }
 
 // EffectCall names one effect of a step's output.

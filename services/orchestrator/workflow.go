@@ -88,6 +88,10 @@ type frame struct {
 	parent  string   // the dispatch that caused this one
 	cause   string   // the effect that caused it
 	session *string
+	// at and index locate the Delegate effect a delegated agent runs for
+	// (0: not delegated), so that its re-invocations keep its brief.
+	at    uint64
+	index int
 }
 
 // agentError is an operator call that failed for good, on its way up to
@@ -176,7 +180,7 @@ func (w *workflow) agent(f frame, plan Plan, root bool) (*StepResult, error) {
 		}
 		if len(results) > 0 {
 			f.parent, f.cause = dispatchID, ""
-			plan = Plan{Kind: PlanResults, Session: f.session, Results: results}
+			plan = Plan{Kind: PlanResults, Session: f.session, Results: results, Step: f.at, Effect: f.index}
 			continue
 		}
 		if !root {
@@ -437,6 +441,12 @@ func (w *workflow) delegate(f frame, c *EffectCall, halt error) (DelegationRef, 
 	if halt != nil {
 		return notRun("not run: the workflow budget is spent")
 	}
+	if c.Ref.Invalid != "" {
+		// The operator's tool refuses such a brief before declaring it;
+		// an operator declaring one anyway is refused like a request.
+		return res, fmt.Errorf("agent %q declared an invalid Delegate (effect %d of operator call %d, to agent %q): %s: %w",
+			f.agent, c.Index, c.Step, c.Ref.Agent, c.Ref.Invalid, errs.InvalidArgument)
+	}
 	if err := allowed(f, "delegate", c.Ref.Agent); err != nil {
 		return res, err
 	}
@@ -451,7 +461,9 @@ func (w *workflow) delegate(f frame, c *EffectCall, halt error) (DelegationRef, 
 	if f.depth+1 > w.s.MaxDepth {
 		return res, guardError("delegation depth limit of %d reached: %s", w.s.MaxDepth, strings.Join(chain, " -> "))
 	}
-	child := frame{agent: c.Ref.Agent, info: info, depth: f.depth + 1, chain: chain, parent: c.Dispatch, cause: c.Ref.Key, session: c.Ref.Session}
+	child := frame{agent: c.Ref.Agent, info: info, depth: f.depth + 1, chain: chain, parent: c.Dispatch, cause: c.Ref.Key, session: c.Ref.Session,
+		at: c.Step, index: c.Index}
+	res.First, res.At, res.Index = w.n+1, c.Step, c.Index
 	out, err := w.agent(child, Plan{Kind: PlanDelegate, Step: c.Step, Effect: c.Index}, false)
 	var failed *agentError
 	switch {

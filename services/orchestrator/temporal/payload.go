@@ -66,6 +66,9 @@ type delegationRef struct {
 	Exit   string `json:"exit,omitempty"`
 	Step   uint64 `json:"step,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	First  uint64 `json:"first,omitempty"`
+	At     uint64 `json:"at,omitempty"`
+	Index  int    `json:"index,omitempty"`
 }
 
 // twSignalIn is a signal as the workflow receives it.
@@ -113,6 +116,7 @@ type effectInfo struct {
 	Key     string  `json:"key"`
 	Agent   string  `json:"agent,omitempty"`   // delegate, handoff
 	Session *string `json:"session,omitempty"` // delegate
+	Invalid string  `json:"invalid,omitempty"` // delegate breaking its rules
 }
 
 // effectArgs is one non-dispatching effect (the effect activity's
@@ -208,7 +212,8 @@ type signalRecord struct {
 func planOf(p orchestrator.Plan) stepPlan {
 	out := stepPlan{Kind: string(p.Kind), Input: p.Input, Step: p.Step, Effect: p.Effect, Session: p.Session, From: p.From}
 	for _, r := range p.Results {
-		out.Results = append(out.Results, delegationRef{Agent: r.Agent, Key: r.Key, OK: r.OK, Exit: r.Exit, Step: r.Step, Detail: r.Detail})
+		out.Results = append(out.Results, delegationRef{Agent: r.Agent, Key: r.Key, OK: r.OK, Exit: r.Exit, Step: r.Step, Detail: r.Detail,
+			First: r.First, At: r.At, Index: r.Index})
 	}
 	return out
 }
@@ -216,7 +221,8 @@ func planOf(p orchestrator.Plan) stepPlan {
 func (p stepPlan) port() orchestrator.Plan {
 	out := orchestrator.Plan{Kind: orchestrator.PlanKind(p.Kind), Input: p.Input, Step: p.Step, Effect: p.Effect, Session: p.Session, From: p.From}
 	for _, r := range p.Results {
-		out.Results = append(out.Results, orchestrator.DelegationRef{Agent: r.Agent, Key: r.Key, OK: r.OK, Exit: r.Exit, Step: r.Step, Detail: r.Detail})
+		out.Results = append(out.Results, orchestrator.DelegationRef{Agent: r.Agent, Key: r.Key, OK: r.OK, Exit: r.Exit, Step: r.Step, Detail: r.Detail,
+			First: r.First, At: r.At, Index: r.Index})
 	}
 	return out
 }
@@ -252,7 +258,7 @@ func (a callArgs) signals() []orchestrator.Signal {
 func resultOf(r *orchestrator.StepResult) *callResult {
 	out := &callResult{Exit: r.Exit, ResumeToken: r.ResumeToken, Cost: r.Cost.String(), DurationMS: r.Duration.Milliseconds()}
 	for _, e := range r.Effects {
-		out.Effects = append(out.Effects, effectInfo{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session})
+		out.Effects = append(out.Effects, effectInfo{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
 	}
 	return out
 }
@@ -264,7 +270,7 @@ func (r *callResult) port(signals []uint64) *orchestrator.StepResult {
 	out := &orchestrator.StepResult{Exit: r.Exit, ResumeToken: r.ResumeToken, Cost: cost, Signals: signals,
 		Duration: time.Duration(r.DurationMS) * time.Millisecond}
 	for _, e := range r.Effects {
-		out.Effects = append(out.Effects, orchestrator.EffectRef{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session})
+		out.Effects = append(out.Effects, orchestrator.EffectRef{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
 	}
 	return out
 }
