@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -226,5 +228,61 @@ func testDelegationBriefRefused(t *testing.T, start starter) {
 	}
 	if n := len(fake.inputs("child")); n != 0 {
 		t.Errorf("child called %d times; an invalid Delegate must not run it", n)
+	}
+}
+
+// Through the real operator: the model's delegate tool call with brief
+// arguments reaches the child as a narrowed OperatorConfig (the brief's
+// tools its definition allows, the brief's smaller max_turns), and the
+// parent model reads the child's answer in a JSON result.
+func TestDelegationBriefThroughOperator(t *testing.T) {
+	ctx := ctxT(t)
+	stateAddr, _, _ := startState(t)
+	opAddr := startOperator(t, stateAddr)
+	planner := script([]map[string]any{
+		{"tool_calls": []any{call("delegate", map[string]any{"agent_id": "researcher", "goal": "Find three facts.", "key_facts": []any{"about ACME"},
+			"tools": []any{"write_memory", "signal"}, "max_turns": 3, "max_cost": "0.5"})}, "cost": "0.01"},
+		{"text": "Delegated.", "cost": "0.01"},
+	}, map[string]any{"contains": "Results of delegated tasks", "turns": []any{map[string]any{"text": "Done.", "cost": "0.01"}}})
+	researcher := script([]map[string]any{{"text": "Facts: a, b, c.", "cost": "0.02"}})
+	var (
+		mu     sync.Mutex
+		inputs = map[string][]*operatorv1.OperatorInput{}
+	)
+	record := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if r, ok := req.(*operatorv1.ExecuteRequest); ok {
+			mu.Lock()
+			inputs[r.GetInput().GetDispatch().GetAgentId()] = append(inputs[r.GetInput().GetDispatch().GetAgentId()], proto.CloneOf(r.GetInput()))
+			mu.Unlock()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	o := startOrch(t, t.TempDir(), registryYAML(t,
+		map[string]any{"id": "planner", "operator": opAddr, "metadata": planner},
+		map[string]any{"id": "researcher", "operator": opAddr, "metadata": researcher, "allowed_tools": []string{"write_memory", "delegate"}, "max_turns": 10},
+	), stateAddr, orchOptions{chain: []grpc.UnaryClientInterceptor{record}})
+	resp, err := o.client.Dispatch(ctx, &orchestratorv1.DispatchRequest{AgentId: "planner", Input: userInput("go", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := content.TextOf(resp.GetOutput().GetMessage()); got != "Done." {
+		t.Errorf("planner answered %q, want Done.", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	r := inputs["researcher"]
+	if len(r) != 1 {
+		t.Fatalf("researcher called %d times, want 1", len(r))
+	}
+	if got := r[0].GetConfig().GetAllowedTools().GetNames(); strings.Join(got, ",") != "write_memory" || r[0].GetConfig().GetMaxTurns() != 3 ||
+		r[0].GetConfig().GetMaxCost().GetAmount() != "0.5" {
+		t.Errorf("researcher config %v, want allowed tools [write_memory], max_turns 3, max_cost 0.5", r[0].GetConfig())
+	}
+	if text := content.TextOf(r[0].GetMessage()); !strings.Contains(text, "Goal:\nFind three facts.") || !strings.Contains(text, "- about ACME") {
+		t.Errorf("researcher's task %q, want the brief's goal and key facts", text)
+	}
+	p := inputs["planner"]
+	if len(p) != 2 || !strings.Contains(content.TextOf(p[1].GetMessage()), `"answer": "Facts: a, b, c."`) {
+		t.Errorf("planner's inputs %v, want a second one with the researcher's answer in a JSON result", p)
 	}
 }
