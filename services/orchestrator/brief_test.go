@@ -286,3 +286,63 @@ func TestDelegationBriefThroughOperator(t *testing.T) {
 		t.Errorf("planner's inputs %v, want a second one with the researcher's answer in a JSON result", p)
 	}
 }
+
+// The brief is in the delegating operator's journaled output: after a
+// restart a child whose result was recorded is not run again, a child in
+// flight at the stop is called again with the same brief-built input,
+// and the parent gets both results.
+func TestBriefResumeAfterRestart(t *testing.T) {
+	ctx := ctxT(t)
+	stateAddr, _, _ := startState(t)
+	release := make(chan struct{})
+	slowStarted := make(chan struct{}, 4)
+	brief := func(goal string) *typesv1.SubagentBrief {
+		return &typesv1.SubagentBrief{Goal: goal, Tools: []string{"read_file"}, MaxTurns: proto.Uint32(2), MaxCost: &typesv1.Money{Amount: "0.5"}}
+	}
+	fake, opAddr := startFake(t, map[string]behaviour{
+		"parent": firstTime(answer("delegating", delegateBrief("quick", brief("quick task"), ""), delegateBrief("slow", brief("slow task"), "ctx")),
+			answer("all done")),
+		"quick": costing("quick result", "0.01"),
+		"slow": func(ctx context.Context, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
+			slowStarted <- struct{}{}
+			select {
+			case <-release:
+				return done(in, "slow result", "0.02"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+	})
+	dir := t.TempDir()
+	reg := registryYAML(t, agentsAt(opAddr, "parent", "quick", "slow")...)
+	first := startOrch(t, dir, reg, stateAddr, orchOptions{})
+	if _, err := first.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{WorkflowId: "rb", AgentId: "parent", Input: userInput("go", "")}); err != nil {
+		t.Fatal(err)
+	}
+	<-slowStarted
+	first.stop()
+	close(release)
+	second := startOrch(t, dir, reg, stateAddr, orchOptions{})
+	waitStatus(t, second, "rb", orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	if n := len(fake.inputs("quick")); n != 1 {
+		t.Errorf("quick called %d times, want 1: its result was journaled before the restart", n)
+	}
+	s := fake.inputs("slow")
+	if len(s) != 2 {
+		t.Fatalf("slow called %d times, want 2 (in flight at the stop)", len(s))
+	}
+	if !proto.Equal(s[0].GetConfig(), s[1].GetConfig()) || !proto.Equal(s[0].GetMessage(), s[1].GetMessage()) ||
+		s[1].GetConfig().GetMaxTurns() != 2 || !strings.Contains(content.TextOf(s[1].GetMessage()), "Goal:\nslow task") {
+		t.Errorf("slow's inputs before and after the restart differ or lack the brief:\n%v\n%v", s[0], s[1])
+	}
+	p := fake.inputs("parent")
+	if len(p) != 2 {
+		t.Fatalf("parent called %d times, want 2", len(p))
+	}
+	text := content.TextOf(p[1].GetMessage())
+	for _, want := range []string{`"answer": "quick result"`, `"cost": "0.01"`, `"answer": "slow result"`, `"cost": "0.02"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("parent's results lack %q:\n%s", want, text)
+		}
+	}
+}
