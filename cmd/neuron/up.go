@@ -258,6 +258,9 @@ func (u *up) plan() {
 	}
 	if u.f.model != "" {
 		args["operator"] = append(args["operator"], "--model", u.f.model)
+		// The model an OpenAI-compatible server serves is in no catalog:
+		// agent definitions may name it all the same.
+		args["orchestrator"] = append(args["orchestrator"], "--models", u.f.model)
 	}
 	if sandbox.Supported() != nil {
 		// The bash tool needs Landlock; the file tools do not.

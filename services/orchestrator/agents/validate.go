@@ -64,6 +64,49 @@ func (lazyCatalog) Names() []string {
 	return c.Names()
 }
 
+// WithModels is base and the named models besides: those an
+// OpenAI-compatible server (Ollama, vLLM) serves, which no catalog can
+// list. Their prices are unknown (zero).
+func WithModels(base Models, names ...string) Models {
+	if len(names) == 0 || base == nil {
+		return base
+	}
+	m := extraModels{base: base, names: map[string]bool{}}
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" {
+			m.names[n] = true
+		}
+	}
+	return m
+}
+
+// extraModels is WithModels'.
+type extraModels struct {
+	base  Models
+	names map[string]bool
+}
+
+func (m extraModels) Lookup(name string) (catalog.Model, bool) {
+	if cm, ok := m.base.Lookup(name); ok {
+		return cm, true
+	}
+	if m.names[name] {
+		return catalog.Model{Name: name}, true
+	}
+	return catalog.Model{}, false
+}
+
+func (m extraModels) Names() []string {
+	out := m.base.Names()
+	for n := range m.names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // violation is one field at fault.
 type violation struct{ field, msg string }
 

@@ -95,6 +95,10 @@ type Config struct {
 	// Agents is the YAML file of the agent registry (--agents, required):
 	// agent id -> operator or environment address and defaults.
 	Agents string
+	// Models are model names agent definitions may name beyond the
+	// operator's catalog (--models): those an OpenAI-compatible server
+	// such as Ollama or vLLM serves, which no catalog can list.
+	Models []string
 	// State says how to reach the State service, which applies memory
 	// effects and, on Temporal, keeps operator outputs (--state-addr,
 	// required; --state-ca, ...).
@@ -351,7 +355,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	seedCtx, stopSeeding := context.WithCancel(ctx)
 	seeded := make(chan struct{})
 	defer func() { stopSeeding(); <-seeded }()
-	store, agentSrv, err := serveAgents(seedCtx, reg, statev1.NewStateServiceClient(stateConn), log, seeded)
+	store, agentSrv, err := serveAgents(seedCtx, reg, cfg.Models, statev1.NewStateServiceClient(stateConn), log, seeded)
 	if err != nil {
 		return err
 	}
@@ -448,9 +452,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // orchestrator to start), and returns the Store dispatch reads them from
 // and the AgentService over it. seeded is closed once seeding has
 // stopped (ctx's end stops it).
-func serveAgents(ctx context.Context, reg *orchestrator.Registry, state statev1.StateServiceClient, log *slog.Logger, seeded chan<- struct{}) (*agents.Store, *agents.Server, error) {
+func serveAgents(ctx context.Context, reg *orchestrator.Registry, extraModels []string, state statev1.StateServiceClient, log *slog.Logger, seeded chan<- struct{}) (*agents.Store, *agents.Server, error) {
 	models, err := agents.DefaultModels()
 	if err == nil {
+		models = agents.WithModels(models, extraModels...)
 		err = agents.Check(ctx, reg)
 	}
 	if err != nil {

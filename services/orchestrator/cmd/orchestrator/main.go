@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/shopspring/decimal"
@@ -73,6 +74,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		tls       = &cfg.Temporal.TLS
 	)
 	fs.StringVar(&cfg.Agents, "agents", "", "YAML file of the agent registry (required): agent id -> operator or environment address and defaults")
+	fs.Func("models", "comma-separated model names agent definitions may name beyond the operator's model catalog: those an OpenAI-compatible server (Ollama, vLLM) serves", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				cfg.Models = append(cfg.Models, n)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&cfg.DataDir, "data-dir", serve.DefaultDataDir, "directory of the workflow journal (journal.db)")
 	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another process to release journal.db")
 	retention := fs.Duration("retention", serve.DefaultRetention, "delete a finished workflow (COMPLETED, FAILED, CANCELED) from the journal this long after it ended (at least "+journal.MinRetention.String()+"); 0: keep them for any age. RUNNING and SUSPENDED workflows are never deleted")

@@ -1,0 +1,38 @@
+package agents
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
+)
+
+// TestWithModels: a model an OpenAI-compatible server serves is in no
+// catalog; the deployment names it (--models) and definitions may use it,
+// while a name neither knows is still refused naming the field.
+func TestWithModels(t *testing.T) {
+	base, err := DefaultModels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := WithModels(base, "llama3.2", " ", "qwen3")
+	agent := func(model string) *agentv1.Agent {
+		return &agentv1.Agent{Name: "a", Definition: &agentv1.AgentDefinition{
+			Model: &agentv1.ModelSettings{Name: model},
+			Route: &agentv1.Route{Target: &agentv1.Route_Operator{Operator: &agentv1.OperatorRoute{Address: "x:1"}}},
+		}}
+	}
+	for _, m := range []string{"llama3.2", "qwen3", "gpt-4.1-mini"} {
+		if err := Validate(context.Background(), agent(m), models, nil); err != nil {
+			t.Errorf("model %q refused: %v", m, err)
+		}
+	}
+	err = Validate(context.Background(), agent("mistral"), models, nil)
+	if err == nil || !strings.Contains(err.Error(), `agent.definition.model.name: unknown model "mistral"`) || !strings.Contains(err.Error(), "llama3.2") {
+		t.Errorf("unknown model: %v, want INVALID_ARGUMENT naming the field and listing llama3.2", err)
+	}
+	if err := Validate(context.Background(), agent("llama3.2"), base, nil); err == nil {
+		t.Error("the catalog alone accepts llama3.2")
+	}
+}
