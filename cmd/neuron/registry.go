@@ -119,9 +119,9 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 	b.WriteString("agents:\n")
 	type agent struct {
 		id, description, addendum string
-		budget       string
-		maxTurns     int
-		script       map[string]any
+		budget                    string
+		maxTurns                  int
+		script                    map[string]any
 	}
 	agents := []agent{
 		{
@@ -134,7 +134,7 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 		{
 			id: "researcher", maxTurns: 4, script: researcherScript(),
 			description: "The demo researcher: answers one question with facts.",
-			addendum: "You research one question and answer with facts only, briefly.",
+			addendum:    "You research one question and answer with facts only, briefly.",
 		},
 	}
 	for _, a := range agents {
