@@ -61,6 +61,12 @@ type limits struct {
 	temperature  *float64
 	effort       string
 	outputSchema map[string]any
+	// history is whether a named session's history is read and written
+	// (OperatorConfig.session_history; unset: on).
+	history bool
+	// strategy is OperatorConfig.context_strategy (UNSPECIFIED: the
+	// deployment's --compaction).
+	strategy operatorv1.ContextStrategy
 }
 
 // MaxInstructionsBytes bounds OperatorConfig.instructions (and the
@@ -85,6 +91,7 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 		maxCost:     c.MaxCost,
 		costBounded: c.MaxCost.IsPositive(),
 		maxTokens:   c.MaxTokens,
+		history:     true,
 	}
 	if in == nil {
 		return l, nil
@@ -123,6 +130,15 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 		}
 		l.system = in.GetInstructions()
 	}
+	if in.SessionHistory != nil {
+		l.history = in.GetSessionHistory()
+	}
+	// Checked here too: the one-shot path and embedders call Execute
+	// without the gRPC validator.
+	if cs := in.GetContextStrategy(); operatorv1.ContextStrategy_name[int32(cs)] == "" {
+		return l, fmt.Errorf("config.context_strategy %d is not a known strategy; use COMPACT, TRUNCATE, NONE or leave it unset for the operator's default: %w", int32(cs), errs.InvalidArgument)
+	}
+	l.strategy = in.GetContextStrategy()
 	if err := l.modelParams(in.GetModelParameters()); err != nil {
 		return l, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/provider"
 )
 
@@ -34,6 +35,10 @@ type run struct {
 	model    string
 	specs    []provider.ToolSpec
 	tools    *toolset
+	// strategy is the invocation's context strategy; strict refuses a
+	// conversation that does not fit instead (context_strategy NONE).
+	strategy compaction.Strategy
+	strict   bool
 	allowed  map[string]bool
 	events   Events
 	log      *slog.Logger
@@ -83,7 +88,7 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 	loopCtx, cancel := context.WithDeadlineCause(ctx, r.deadline(ctx), errMaxDuration)
 	defer cancel()
 
-	if sid := r.in.GetSessionId(); r.in.SessionId != nil {
+	if sid := r.in.GetSessionId(); r.in.SessionId != nil && r.lim.history {
 		hist, err := r.op.history.Load(loopCtx, sid, r.op.cfg.HistoryEntries)
 		if err != nil {
 			if reason, ok := r.timedOut(ctx, loopCtx); ok {
@@ -189,8 +194,20 @@ func (r *run) checkLimits(ctx, loopCtx context.Context) *operatorv1.ExitReason {
 // compact runs the context strategy before a model call. The stored
 // conversation (newTurns) is never compacted, only what the model is
 // shown; a summary call's usage and cost count toward the invocation.
+// With context_strategy NONE nothing is removed, and a conversation over
+// the budget fails FAILED_PRECONDITION (OPERATOR_NON_RETRYABLE: the same
+// input would fail again) before the model is called.
 func (r *run) compact(ctx context.Context) error {
-	out, rep, err := r.op.compact.Compact(ctx, r.lim.system, r.specs, r.messages, r.op.budget(r.model))
+	budget := r.op.budget(r.model)
+	if r.strict {
+		if est, limit, ok := compaction.Fits(r.lim.system, r.specs, r.messages, budget); !ok {
+			return fmt.Errorf("the conversation (%d messages, about %d tokens) does not fit model %s's context budget of %d tokens (a %d-token window less %d reserved for the answer), "+
+				"and the agent's context_strategy is NONE, which never removes turns; set context_strategy to COMPACT or TRUNCATE, or start a new session: %w",
+				len(r.messages), est, r.model, limit, budget.ContextWindow, budget.Reserve, errs.NonRetryable)
+		}
+		return nil
+	}
+	out, rep, err := r.strategy.Compact(ctx, r.lim.system, r.specs, r.messages, budget)
 	if err != nil {
 		return err
 	}
@@ -226,7 +243,7 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 		Tools:     r.specs,
 		MaxTokens: r.lim.maxTokens,
 		Metadata:  r.metadata,
-		SessionID: r.in.GetSessionId(),
+		SessionID: r.sessionID(),
 
 		Temperature:     r.lim.temperature,
 		ReasoningEffort: r.lim.effort,
@@ -273,6 +290,16 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// sessionID is the session the provider may keep state for (the OpenAI
+// Responses API chains calls per session): none when session_history is
+// off, since the model must then not see the session's earlier turns.
+func (r *run) sessionID() string {
+	if !r.lim.history {
+		return ""
+	}
+	return r.in.GetSessionId()
 }
 
 // modelErr classifies a provider failure. Providers wrap an errs kind; a
@@ -326,7 +353,7 @@ func (r *run) declare(e *typesv1.Effect) error {
 // effects in order.
 func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput, error) {
 	effects := r.effects
-	if r.in.SessionId != nil {
+	if r.in.SessionId != nil && r.lim.history {
 		value, err := encodeEntry(r.in.GetDispatch().GetDispatchId(), r.newTurns)
 		if err != nil {
 			return nil, fmt.Errorf("encoding history: %v: %w", err, errs.Internal)

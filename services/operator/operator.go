@@ -129,7 +129,7 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 	if err != nil {
 		return nil, fmt.Errorf("config.model: %w", err)
 	}
-	if in.SessionId != nil && o.history == nil {
+	if in.SessionId != nil && lim.history && o.history == nil {
 		return nil, fmt.Errorf("session_id %q given, but this operator has no state service to read the session's history from; configure --state-addr or omit session_id: %w",
 			in.GetSessionId(), errs.FailedPrecondition)
 	}
@@ -162,6 +162,8 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		model:    model,
 		specs:    specs,
 		tools:    tools,
+		strategy: o.strategy(lim.strategy, prov, model),
+		strict:   lim.strategy == operatorv1.ContextStrategy_CONTEXT_STRATEGY_NONE,
 		events:   events,
 		start:    time.Now(),
 		keyBase:  in.GetDispatch().GetDispatchId(),
@@ -181,6 +183,26 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		r.log.Warn("SCRIPTED MODEL: replies come from a script, not from a language model")
 	}
 	return r.execute(ctx)
+}
+
+// strategy is the context strategy of an invocation that asked for cs:
+// UNSPECIFIED is the deployment's (--compaction); TRUNCATE the sliding
+// window; COMPACT the deployment's summarizer when it has one, else a
+// summarizer asking the invocation's own model (p, model); NONE sends
+// everything (the run refuses what does not fit, see run.compact).
+func (o *Operator) strategy(cs operatorv1.ContextStrategy, p provider.Provider, model string) compaction.Strategy {
+	switch cs {
+	case operatorv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE:
+		return compaction.SlidingWindow()
+	case operatorv1.ContextStrategy_CONTEXT_STRATEGY_COMPACT:
+		if o.compact.Name() == compaction.NameSummarize {
+			return o.compact
+		}
+		return compaction.Summarize(p, model, compaction.WithLogger(o.log))
+	case operatorv1.ContextStrategy_CONTEXT_STRATEGY_NONE:
+		return compaction.None()
+	}
+	return o.compact
 }
 
 // agentServers checks every MCP server of an invocation against the

@@ -46,6 +46,20 @@ func (b Budget) limit() (int, bool) {
 	return b.ContextWindow - b.Reserve, true
 }
 
+// Fits reports whether msgs fit b as the strategies judge it: ok is
+// true when Estimate(system, tools, msgs), returned as estimate, is at
+// most limit, ContextWindow-Reserve, or when the window is unknown (limit
+// is then 0). It is the check of a caller that removes nothing and must
+// refuse what does not fit (the operator's context strategy NONE).
+func Fits(system string, tools []provider.ToolSpec, msgs []provider.Message, b Budget) (estimate, limit int, ok bool) {
+	limit, known := b.limit()
+	if !known {
+		return 0, 0, true
+	}
+	estimate = Estimate(system, tools, msgs)
+	return estimate, limit, estimate <= limit
+}
+
 // Report describes one compaction. Token counts are Estimate's.
 type Report struct {
 	// Strategy is the strategy that produced the result: NameSliding,

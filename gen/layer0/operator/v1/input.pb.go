@@ -95,6 +95,71 @@ func (TriggerType) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{0}
 }
 
+// ContextStrategy is how a conversation that exceeds the model's context
+// window (less the operator's output reserve) is fitted into it before a
+// model call. Only what the model is shown changes: the history stored
+// for the session is never rewritten. A model whose context window is
+// unknown (not in the catalog) is sent the whole conversation.
+type ContextStrategy int32
+
+const (
+	// The operator deployment's default (its --compaction flag).
+	ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED ContextStrategy = 0
+	// Older turns are replaced by a summary written by the invocation's
+	// model; if the summary call fails, they are dropped as by TRUNCATE.
+	ContextStrategy_CONTEXT_STRATEGY_COMPACT ContextStrategy = 1
+	// Older turns are dropped (sliding window), oldest first, keeping the
+	// current task.
+	ContextStrategy_CONTEXT_STRATEGY_TRUNCATE ContextStrategy = 2
+	// Nothing is removed. A conversation that does not fit fails the
+	// invocation before the model call with FAILED_PRECONDITION (reason
+	// OPERATOR_NON_RETRYABLE) naming the setting and the sizes.
+	ContextStrategy_CONTEXT_STRATEGY_NONE ContextStrategy = 3
+)
+
+// Enum value maps for ContextStrategy.
+var (
+	ContextStrategy_name = map[int32]string{
+		0: "CONTEXT_STRATEGY_UNSPECIFIED",
+		1: "CONTEXT_STRATEGY_COMPACT",
+		2: "CONTEXT_STRATEGY_TRUNCATE",
+		3: "CONTEXT_STRATEGY_NONE",
+	}
+	ContextStrategy_value = map[string]int32{
+		"CONTEXT_STRATEGY_UNSPECIFIED": 0,
+		"CONTEXT_STRATEGY_COMPACT":     1,
+		"CONTEXT_STRATEGY_TRUNCATE":    2,
+		"CONTEXT_STRATEGY_NONE":        3,
+	}
+)
+
+func (x ContextStrategy) Enum() *ContextStrategy {
+	p := new(ContextStrategy)
+	*p = x
+	return p
+}
+
+func (x ContextStrategy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContextStrategy) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_operator_v1_input_proto_enumTypes[1].Descriptor()
+}
+
+func (ContextStrategy) Type() protoreflect.EnumType {
+	return &file_layer0_operator_v1_input_proto_enumTypes[1]
+}
+
+func (x ContextStrategy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContextStrategy.Descriptor instead.
+func (ContextStrategy) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{1}
+}
+
 // DispatchContext identifies one dispatch and links it to the rest of the
 // run for tracing. It travels inside OperatorInput, so every Execute, Run
 // and Dispatch carries it, including the one-shot stdin form.
@@ -463,6 +528,18 @@ type OperatorConfig struct {
 	// Model parameters (temperature, output cap, reasoning effort,
 	// structured output); absent means the provider's defaults.
 	ModelParameters *ModelParameters `protobuf:"bytes,10,opt,name=model_parameters,json=modelParameters,proto3" json:"model_parameters,omitempty"`
+	// Read and write the session's conversation history. Unset or true:
+	// when the input names a session_id, its earlier turns are read back as
+	// context and this invocation's turns are declared as a WriteMemory
+	// effect (the history effect). False: neither; the session_id still
+	// identifies the session (effects, routing) but the model sees only
+	// this input, and nothing is added to the session's history. Use it
+	// for an agent whose every call must start fresh.
+	SessionHistory *bool `protobuf:"varint,11,opt,name=session_history,json=sessionHistory,proto3,oneof" json:"session_history,omitempty"`
+	// How a conversation longer than the model's context window is fitted
+	// into it for this invocation. UNSPECIFIED: the deployment's
+	// --compaction.
+	ContextStrategy ContextStrategy `protobuf:"varint,12,opt,name=context_strategy,json=contextStrategy,proto3,enum=layer0.operator.v1.ContextStrategy" json:"context_strategy,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -567,6 +644,20 @@ func (x *OperatorConfig) GetModelParameters() *ModelParameters {
 	return nil
 }
 
+func (x *OperatorConfig) GetSessionHistory() bool {
+	if x != nil && x.SessionHistory != nil {
+		return *x.SessionHistory
+	}
+	return false
+}
+
+func (x *OperatorConfig) GetContextStrategy() ContextStrategy {
+	if x != nil {
+		return x.ContextStrategy
+	}
+	return ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED
+}
+
 var File_layer0_operator_v1_input_proto protoreflect.FileDescriptor
 
 const file_layer0_operator_v1_input_proto_rawDesc = "" +
@@ -603,7 +694,7 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"\x9a\x06\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\xb6\a\n" +
 	"\x0eOperatorConfig\x12)\n" +
 	"\tmax_turns\x18\x01 \x01(\rB\a\xbaH\x04*\x02(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
 	"\bmax_cost\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCost\x12F\n" +
@@ -616,14 +707,17 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\vmcp_servers\x18\t \x03(\v2\x1d.layer0.operator.v1.McpServerB\b\xbaH\x05\x92\x01\x02\x10\x10R\n" +
 	"mcpServers\x12N\n" +
 	"\x10model_parameters\x18\n" +
-	" \x01(\v2#.layer0.operator.v1.ModelParametersR\x0fmodelParameters:q\xbaHn\x1al\n" +
+	" \x01(\v2#.layer0.operator.v1.ModelParametersR\x0fmodelParameters\x12,\n" +
+	"\x0fsession_history\x18\v \x01(\bH\x05R\x0esessionHistory\x88\x01\x01\x12X\n" +
+	"\x10context_strategy\x18\f \x01(\x0e2#.layer0.operator.v1.ContextStrategyB\b\xbaH\x05\x82\x01\x02\x10\x01R\x0fcontextStrategy:q\xbaHn\x1al\n" +
 	"\x1econfig.mcp_server_names_unique\x12 mcp_servers names must be unique\x1a(this.mcp_servers.map(s, s.name).unique()B\f\n" +
 	"\n" +
 	"_max_turnsB\b\n" +
 	"\x06_modelB\x12\n" +
 	"\x10_system_addendumB\x15\n" +
 	"\x13_searchable_historyB\x0f\n" +
-	"\r_instructions*\xc5\x01\n" +
+	"\r_instructionsB\x12\n" +
+	"\x10_session_history*\xc5\x01\n" +
 	"\vTriggerType\x12\x1c\n" +
 	"\x18TRIGGER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TRIGGER_TYPE_USER\x10\x01\x12\x15\n" +
@@ -631,7 +725,12 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x13TRIGGER_TYPE_SIGNAL\x10\x03\x12\x19\n" +
 	"\x15TRIGGER_TYPE_SCHEDULE\x10\x04\x12\x1d\n" +
 	"\x19TRIGGER_TYPE_SYSTEM_EVENT\x10\x05\x12\x17\n" +
-	"\x13TRIGGER_TYPE_CUSTOM\x10\x06B\xcb\x01\n" +
+	"\x13TRIGGER_TYPE_CUSTOM\x10\x06*\x8b\x01\n" +
+	"\x0fContextStrategy\x12 \n" +
+	"\x1cCONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18CONTEXT_STRATEGY_COMPACT\x10\x01\x12\x1d\n" +
+	"\x19CONTEXT_STRATEGY_TRUNCATE\x10\x02\x12\x19\n" +
+	"\x15CONTEXT_STRATEGY_NONE\x10\x03B\xcb\x01\n" +
 	"\x16com.layer0.operator.v1B\n" +
 	"InputProtoP\x01Z;github.com/secbear/neuron/gen/layer0/operator/v1;operatorv1\xa2\x02\x03LOX\xaa\x02\x12Layer0.Operator.V1\xca\x02\x12Layer0\\Operator\\V1\xe2\x02\x1eLayer0\\Operator\\V1\\GPBMetadata\xea\x02\x14Layer0::Operator::V1b\x06proto3"
 
@@ -647,43 +746,45 @@ func file_layer0_operator_v1_input_proto_rawDescGZIP() []byte {
 	return file_layer0_operator_v1_input_proto_rawDescData
 }
 
-var file_layer0_operator_v1_input_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_layer0_operator_v1_input_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_layer0_operator_v1_input_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_layer0_operator_v1_input_proto_goTypes = []any{
 	(TriggerType)(0),            // 0: layer0.operator.v1.TriggerType
-	(*DispatchContext)(nil),     // 1: layer0.operator.v1.DispatchContext
-	(*Resume)(nil),              // 2: layer0.operator.v1.Resume
-	(*OperatorInput)(nil),       // 3: layer0.operator.v1.OperatorInput
-	(*AllowedTools)(nil),        // 4: layer0.operator.v1.AllowedTools
-	(*OperatorConfig)(nil),      // 5: layer0.operator.v1.OperatorConfig
-	nil,                         // 6: layer0.operator.v1.DispatchContext.TraceContextEntry
-	(*structpb.Value)(nil),      // 7: google.protobuf.Value
-	(*v1.Content)(nil),          // 8: layer0.types.v1.Content
-	(*structpb.Struct)(nil),     // 9: google.protobuf.Struct
-	(*v1.Money)(nil),            // 10: layer0.types.v1.Money
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
-	(*McpServer)(nil),           // 12: layer0.operator.v1.McpServer
-	(*ModelParameters)(nil),     // 13: layer0.operator.v1.ModelParameters
+	(ContextStrategy)(0),        // 1: layer0.operator.v1.ContextStrategy
+	(*DispatchContext)(nil),     // 2: layer0.operator.v1.DispatchContext
+	(*Resume)(nil),              // 3: layer0.operator.v1.Resume
+	(*OperatorInput)(nil),       // 4: layer0.operator.v1.OperatorInput
+	(*AllowedTools)(nil),        // 5: layer0.operator.v1.AllowedTools
+	(*OperatorConfig)(nil),      // 6: layer0.operator.v1.OperatorConfig
+	nil,                         // 7: layer0.operator.v1.DispatchContext.TraceContextEntry
+	(*structpb.Value)(nil),      // 8: google.protobuf.Value
+	(*v1.Content)(nil),          // 9: layer0.types.v1.Content
+	(*structpb.Struct)(nil),     // 10: google.protobuf.Struct
+	(*v1.Money)(nil),            // 11: layer0.types.v1.Money
+	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*McpServer)(nil),           // 13: layer0.operator.v1.McpServer
+	(*ModelParameters)(nil),     // 14: layer0.operator.v1.ModelParameters
 }
 var file_layer0_operator_v1_input_proto_depIdxs = []int32{
-	6,  // 0: layer0.operator.v1.DispatchContext.trace_context:type_name -> layer0.operator.v1.DispatchContext.TraceContextEntry
-	7,  // 1: layer0.operator.v1.Resume.decision:type_name -> google.protobuf.Value
-	8,  // 2: layer0.operator.v1.OperatorInput.message:type_name -> layer0.types.v1.Content
+	7,  // 0: layer0.operator.v1.DispatchContext.trace_context:type_name -> layer0.operator.v1.DispatchContext.TraceContextEntry
+	8,  // 1: layer0.operator.v1.Resume.decision:type_name -> google.protobuf.Value
+	9,  // 2: layer0.operator.v1.OperatorInput.message:type_name -> layer0.types.v1.Content
 	0,  // 3: layer0.operator.v1.OperatorInput.trigger:type_name -> layer0.operator.v1.TriggerType
-	5,  // 4: layer0.operator.v1.OperatorInput.config:type_name -> layer0.operator.v1.OperatorConfig
-	9,  // 5: layer0.operator.v1.OperatorInput.metadata:type_name -> google.protobuf.Struct
-	1,  // 6: layer0.operator.v1.OperatorInput.dispatch:type_name -> layer0.operator.v1.DispatchContext
-	2,  // 7: layer0.operator.v1.OperatorInput.resume:type_name -> layer0.operator.v1.Resume
-	10, // 8: layer0.operator.v1.OperatorConfig.max_cost:type_name -> layer0.types.v1.Money
-	11, // 9: layer0.operator.v1.OperatorConfig.max_duration:type_name -> google.protobuf.Duration
-	4,  // 10: layer0.operator.v1.OperatorConfig.allowed_tools:type_name -> layer0.operator.v1.AllowedTools
-	12, // 11: layer0.operator.v1.OperatorConfig.mcp_servers:type_name -> layer0.operator.v1.McpServer
-	13, // 12: layer0.operator.v1.OperatorConfig.model_parameters:type_name -> layer0.operator.v1.ModelParameters
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 4: layer0.operator.v1.OperatorInput.config:type_name -> layer0.operator.v1.OperatorConfig
+	10, // 5: layer0.operator.v1.OperatorInput.metadata:type_name -> google.protobuf.Struct
+	2,  // 6: layer0.operator.v1.OperatorInput.dispatch:type_name -> layer0.operator.v1.DispatchContext
+	3,  // 7: layer0.operator.v1.OperatorInput.resume:type_name -> layer0.operator.v1.Resume
+	11, // 8: layer0.operator.v1.OperatorConfig.max_cost:type_name -> layer0.types.v1.Money
+	12, // 9: layer0.operator.v1.OperatorConfig.max_duration:type_name -> google.protobuf.Duration
+	5,  // 10: layer0.operator.v1.OperatorConfig.allowed_tools:type_name -> layer0.operator.v1.AllowedTools
+	13, // 11: layer0.operator.v1.OperatorConfig.mcp_servers:type_name -> layer0.operator.v1.McpServer
+	14, // 12: layer0.operator.v1.OperatorConfig.model_parameters:type_name -> layer0.operator.v1.ModelParameters
+	1,  // 13: layer0.operator.v1.OperatorConfig.context_strategy:type_name -> layer0.operator.v1.ContextStrategy
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_layer0_operator_v1_input_proto_init() }
@@ -699,7 +800,7 @@ func file_layer0_operator_v1_input_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_operator_v1_input_proto_rawDesc), len(file_layer0_operator_v1_input_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
