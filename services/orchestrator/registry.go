@@ -107,6 +107,14 @@ type AgentDefaults struct {
 	// SearchableHistory makes the conversation history of its invocations
 	// full-text indexed by the State service (off: stored, not indexed).
 	SearchableHistory bool
+	// SessionHistory is OperatorConfig.session_history: nil leaves the
+	// operator's default (on); false means the agent's invocations neither
+	// read nor write their session's conversation history.
+	SessionHistory *bool
+	// ContextStrategy is OperatorConfig.context_strategy: how a
+	// conversation longer than the model's context is fitted into it
+	// (UNSPECIFIED: the operator's --compaction).
+	ContextStrategy operatorv1.ContextStrategy
 	// Metadata is merged into the input's metadata; keys in the input win.
 	Metadata *structpb.Struct
 }
@@ -237,6 +245,8 @@ func LoadRegistry(path string) (*Registry, error) {
 //	    allowed_tools: [read, write_memory, delegate]
 //	    system_addendum: "Cite sources."
 //	    searchable_history: true
+//	    session_history: false
+//	    context_strategy: truncate
 //	    metadata: {team: research}
 //	  - id: sandboxed
 //	    environment: 127.0.0.1:7073  # an environment service address
@@ -266,6 +276,11 @@ func LoadRegistry(path string) (*Registry, error) {
 //   - searchable_history: true makes the conversation history of the
 //     agent's sessions full-text searchable in the State service; by
 //     default it is stored and read back, not indexed (cheaper).
+//   - session_history: false makes the agent's invocations neither read
+//     nor write their session's conversation history (default true).
+//   - context_strategy: compact (summarise older turns), truncate (drop
+//     them) or none (a conversation that does not fit fails); absent: the
+//     operator's --compaction.
 //   - metadata: a mapping merged into every invocation's metadata.
 //   - retry: max_attempts (1 to 20, counting the first; default 3),
 //     initial_backoff (default 200ms) and max_backoff (default 5s),
@@ -369,6 +384,12 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.SearchableHistory == nil && d.SearchableHistory {
 		cfg.SearchableHistory = proto.Bool(true)
 	}
+	if cfg.SessionHistory == nil && d.SessionHistory != nil {
+		cfg.SessionHistory = proto.Bool(*d.SessionHistory)
+	}
+	if cfg.ContextStrategy == operatorv1.ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED {
+		cfg.ContextStrategy = d.ContextStrategy
+	}
 	if out.Config != nil || proto.Size(cfg) > 0 {
 		out.Config = cfg
 	}
@@ -380,6 +401,13 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 		out.Metadata = md
 	}
 	return out
+}
+
+// contextStrategies are the context_strategy values of the file, by name.
+var contextStrategies = map[string]operatorv1.ContextStrategy{
+	"compact":  operatorv1.ContextStrategy_CONTEXT_STRATEGY_COMPACT,
+	"truncate": operatorv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE,
+	"none":     operatorv1.ContextStrategy_CONTEXT_STRATEGY_NONE,
 }
 
 // agentEntry is one agent (or the defaults) as written in the file. A nil
@@ -398,6 +426,8 @@ type agentEntry struct {
 	AllowedTools   []string        `json:"allowed_tools"` // [] is non-nil
 	SystemAddendum *string         `json:"system_addendum"`
 	SearchableHist *bool           `json:"searchable_history"`
+	SessionHist    *bool           `json:"session_history"`
+	ContextStrat   *string         `json:"context_strategy"`
 	Metadata       json.RawMessage `json:"metadata"`
 	Retry          *retryEntry     `json:"retry"`
 	// Fields of the stored definitions (issue 20) that the file can seed.
@@ -553,6 +583,12 @@ func mergeEntries(def, e agentEntry) agentEntry {
 	if m.SearchableHist == nil {
 		m.SearchableHist = def.SearchableHist
 	}
+	if m.SessionHist == nil {
+		m.SessionHist = def.SessionHist
+	}
+	if m.ContextStrat == nil {
+		m.ContextStrat = def.ContextStrat
+	}
 	if !isSet(m.Metadata) {
 		m.Metadata = def.Metadata
 	}
@@ -647,6 +683,16 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 	}
 	if e.SearchableHist != nil {
 		d.SearchableHistory = *e.SearchableHist
+	}
+	if e.SessionHist != nil {
+		d.SessionHistory = proto.Bool(*e.SessionHist)
+	}
+	if e.ContextStrat != nil {
+		cs, ok := contextStrategies[*e.ContextStrat]
+		if !ok {
+			return nil, p.errorf(where, "context_strategy %q: want compact, truncate or none (leave it out for the operator's default)", *e.ContextStrat)
+		}
+		d.ContextStrategy = cs
 	}
 	if isSet(e.Metadata) {
 		md := &structpb.Struct{}

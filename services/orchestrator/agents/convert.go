@@ -38,11 +38,14 @@ var (
 //   - model's temperature, max_output_tokens, reasoning_effort and
 //     output_schema: OperatorConfig.model_parameters; tools.mcp_servers:
 //     OperatorConfig.mcp_servers (MCPServer);
+//   - memory.session_history and context_strategy:
+//     OperatorConfig.session_history and context_strategy (the same
+//     strategies by name);
 //   - delegation.allowed_agents: the allowlist the workflow enforces.
 //
-// The approval policy, memory.session_history and readable_scopes and the
-// context strategy are stored and returned, not yet enforced: OperatorConfig
-// has no fields for them (the approval flow comes with run steering).
+// The approval policy and memory.readable_scopes are stored and returned,
+// not yet enforced: the approval flow comes with run steering, and
+// nothing reads memory by scope until the recall tools do.
 func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	d := a.GetDefinition()
 	out := &orchestrator.Agent{ID: a.GetName(), Revision: a.GetRevision(), Description: d.GetDescription(), Labels: d.GetLabels()}
@@ -79,6 +82,10 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	}
 	def.SystemAddendum = d.GetSystemAddendum()
 	def.SearchableHistory = d.GetMemory().GetSearchableHistory()
+	if sh := d.GetMemory().SessionHistory; sh != nil {
+		def.SessionHistory = proto.Bool(*sh)
+	}
+	def.ContextStrategy = ContextStrategy(d.GetContextStrategy())
 	if md := d.GetMetadata(); len(md.GetFields()) > 0 {
 		def.Metadata = md
 	}
@@ -102,6 +109,13 @@ func ModelParameters(m *agentv1.ModelSettings) *operatorv1.ModelParameters {
 	// The same efforts by name (the operator's enum also has MINIMAL).
 	p.ReasoningEffort = operatorv1.ReasoningEffort(operatorv1.ReasoningEffort_value[m.GetReasoningEffort().String()])
 	return p
+}
+
+// ContextStrategy is the OperatorConfig.context_strategy of an agent's
+// context strategy: the same strategy by name (a value neither knows is
+// UNSPECIFIED, the operator's default).
+func ContextStrategy(cs agentv1.ContextStrategy) operatorv1.ContextStrategy {
+	return operatorv1.ContextStrategy(operatorv1.ContextStrategy_value[cs.String()])
 }
 
 // MCPServer is the OperatorConfig.mcp_servers entry of s.
@@ -177,9 +191,13 @@ func FromAgent(a *orchestrator.Agent) *agentv1.Agent {
 		}
 		d.Tools = t
 	}
-	if def.SearchableHistory {
-		d.Memory = &agentv1.MemorySettings{SearchableHistory: true}
+	if def.SearchableHistory || def.SessionHistory != nil {
+		d.Memory = &agentv1.MemorySettings{SearchableHistory: def.SearchableHistory}
+		if def.SessionHistory != nil {
+			d.Memory.SessionHistory = proto.Bool(*def.SessionHistory)
+		}
 	}
+	d.ContextStrategy = agentv1.ContextStrategy(agentv1.ContextStrategy_value[def.ContextStrategy.String()])
 	if len(def.Metadata.GetFields()) > 0 {
 		d.Metadata = proto.CloneOf(def.Metadata)
 	}
