@@ -82,8 +82,8 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	}
 	def.SystemAddendum = d.GetSystemAddendum()
 	def.SearchableHistory = d.GetMemory().GetSearchableHistory()
-	if sh := d.GetMemory().SessionHistory; sh != nil {
-		def.SessionHistory = proto.Bool(*sh)
+	if m := d.GetMemory(); m != nil && m.SessionHistory != nil {
+		def.SessionHistory = proto.Bool(m.GetSessionHistory())
 	}
 	def.ContextStrategy = ContextStrategy(d.GetContextStrategy())
 	if md := d.GetMetadata(); len(md.GetFields()) > 0 {
