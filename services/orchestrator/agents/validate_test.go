@@ -36,3 +36,17 @@ func TestWithModels(t *testing.T) {
 		t.Error("the catalog alone accepts llama3.2")
 	}
 }
+
+// TestToAgentMinimal: a definition with nothing but a route converts, and
+// leaves the operator's defaults alone.
+func TestToAgentMinimal(t *testing.T) {
+	a, err := ToAgent(&agentv1.Agent{Name: "a", Revision: 3, Definition: &agentv1.AgentDefinition{
+		Route: &agentv1.Route{Target: &agentv1.Route_Operator{Operator: &agentv1.OperatorRoute{Address: "x:1"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Operator != "x:1" || a.Revision != 3 || a.Defaults.SessionHistory != nil || a.Defaults.AllowedTools != nil {
+		t.Errorf("ToAgent of a bare definition: %+v", a)
+	}
+}
