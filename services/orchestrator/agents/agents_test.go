@@ -26,6 +26,8 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/services/orchestrator"
+	"github.com/secbear/neuron/services/orchestrator/agents"
 	orchserve "github.com/secbear/neuron/services/orchestrator/serve"
 	"github.com/secbear/neuron/services/state"
 )
@@ -235,7 +237,9 @@ func TestDispatchDefinedAgent(t *testing.T) {
 		Limits: &agentv1.Limits{MaxTurns: proto.Uint32(3)},
 		Tools: &agentv1.Tools{Builtin: []string{"read"}, Effects: []string{"write_memory"},
 			McpServers: []*agentv1.McpServer{{Name: "files", Transport: &agentv1.McpServer_Stdio{Stdio: &agentv1.StdioTransport{Command: "mcp-files", Args: []string{"--ro"}}}}}},
-		Route: opRoute(opAddr), Retry: fastRetry(),
+		Memory:          &agentv1.MemorySettings{SessionHistory: proto.Bool(false)},
+		ContextStrategy: agentv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE,
+		Route:           opRoute(opAddr), Retry: fastRetry(),
 	})
 	resp, err := dispatch(ctx, o, "helper")
 	if err != nil {
@@ -259,6 +263,60 @@ func TestDispatchDefinedAgent(t *testing.T) {
 	if m := cfg.GetMcpServers(); len(m) != 1 || m[0].GetName() != "files" || m[0].GetStdio().GetCommand() != "mcp-files" ||
 		strings.Join(m[0].GetStdio().GetArgs(), " ") != "--ro" {
 		t.Errorf("the operator got MCP servers %v, want the definition's files server", m)
+	}
+	if cfg.SessionHistory == nil || cfg.GetSessionHistory() || cfg.GetContextStrategy() != operatorv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE {
+		t.Errorf("the operator got session_history %v and context_strategy %v, want false and TRUNCATE (the definition's)", cfg.SessionHistory, cfg.GetContextStrategy())
+	}
+}
+
+func hasSessionHistory(m *agentv1.MemorySettings) bool { return m != nil && m.SessionHistory != nil }
+
+// TestDefinitionMemoryAndContext: each of a definition's context
+// strategies reaches OperatorConfig as the same strategy, and its
+// session_history setting as set; a definition setting neither leaves
+// both unset (the operator's defaults).
+func TestDefinitionMemoryAndContext(t *testing.T) {
+	for _, cs := range []agentv1.ContextStrategy{agentv1.ContextStrategy_CONTEXT_STRATEGY_COMPACT, agentv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE, agentv1.ContextStrategy_CONTEXT_STRATEGY_NONE} {
+		a, err := agents.ToAgent(&agentv1.Agent{Name: "a", Definition: &agentv1.AgentDefinition{
+			Route: opRoute("127.0.0.1:1"), ContextStrategy: cs, Memory: &agentv1.MemorySettings{SessionHistory: proto.Bool(true)},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := a.Apply(&operatorv1.OperatorInput{}).GetConfig()
+		if cfg.GetContextStrategy().String() != cs.String() || cfg.SessionHistory == nil || !cfg.GetSessionHistory() {
+			t.Errorf("definition %v, session_history true: OperatorConfig %v, want the same strategy and session_history true", cs, cfg)
+		}
+		if back := agents.FromAgent(a).GetDefinition(); back.GetContextStrategy() != cs || !hasSessionHistory(back.GetMemory()) {
+			t.Errorf("FromAgent of %v: %v, want the strategy and session_history kept", cs, back)
+		}
+	}
+	a, err := agents.ToAgent(&agentv1.Agent{Name: "a", Definition: &agentv1.AgentDefinition{Route: opRoute("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := a.Apply(&operatorv1.OperatorInput{}).GetConfig(); cfg != nil && cfg.SessionHistory != nil || cfg.GetContextStrategy() != operatorv1.ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED {
+		t.Errorf("a definition without memory or context settings: OperatorConfig %v, want both unset", cfg)
+	}
+	// The YAML import's spelling, and a misspelt strategy.
+	reg, err := orchestrator.ParseRegistry([]byte("agents: [{id: imported, operator: x, session_history: false, context_strategy: truncate}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := reg.Lookup("imported")
+	if d := agents.FromAgent(y).GetDefinition(); !hasSessionHistory(d.GetMemory()) || d.GetMemory().GetSessionHistory() ||
+		d.GetContextStrategy() != agentv1.ContextStrategy_CONTEXT_STRATEGY_TRUNCATE {
+		t.Errorf("YAML session_history: false, context_strategy: truncate: definition %v, want both", d)
+	}
+	if _, err := orchestrator.ParseRegistry([]byte("agents: [{id: imported, operator: x, context_strategy: shrink}]\n")); err == nil ||
+		!strings.Contains(err.Error(), "context_strategy") || !strings.Contains(err.Error(), "truncate") {
+		t.Errorf("YAML context_strategy: shrink: %v, want an error naming the field and the choices", err)
+	}
+	// An invocation's own settings win over the definition's.
+	a.Defaults.ContextStrategy, a.Defaults.SessionHistory = operatorv1.ContextStrategy_CONTEXT_STRATEGY_NONE, proto.Bool(false)
+	in := &operatorv1.OperatorInput{Config: &operatorv1.OperatorConfig{SessionHistory: proto.Bool(true), ContextStrategy: operatorv1.ContextStrategy_CONTEXT_STRATEGY_COMPACT}}
+	if cfg := a.Apply(in).GetConfig(); !cfg.GetSessionHistory() || cfg.GetContextStrategy() != operatorv1.ContextStrategy_CONTEXT_STRATEGY_COMPACT {
+		t.Errorf("an input setting both: OperatorConfig %v, want its own values", cfg)
 	}
 }
 
