@@ -64,9 +64,12 @@ type upFlags struct {
 	addrs           map[string]*string
 	isolation       string
 	model           string
-	demo, demoExit  bool
-	startTimeout    time.Duration
-	stopTimeout     time.Duration
+	// mcpStdioAllow is the operator's --mcp-stdio-allow: the commands
+	// agents' own stdio MCP servers may run.
+	mcpStdioAllow  string
+	demo, demoExit bool
+	startTimeout   time.Duration
+	stopTimeout    time.Duration
 }
 
 // up is one `neuron up`: the plan, then the running children.
@@ -105,6 +108,7 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 		}
 	}
 	fs.StringVar(&f.model, "model", "", "model for the operator when a real one is configured (required with "+strings.Join(nameModel, " or ")+" alone, e.g. llama3.2)")
+	fs.StringVar(&f.mcpStdioAllow, "mcp-stdio-allow", "", "comma-separated commands agents' own stdio MCP servers may run (the operator's --mcp-stdio-allow; default: none)")
 	fs.BoolVar(&f.demo, "demo", false, "run the sample workflow once everything is SERVING, then keep serving")
 	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
 	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
@@ -261,6 +265,9 @@ func (u *up) plan() {
 		// The model an OpenAI-compatible server serves is in no catalog:
 		// agent definitions may name it all the same.
 		args["orchestrator"] = append(args["orchestrator"], "--models", u.f.model)
+	}
+	if u.f.mcpStdioAllow != "" {
+		args["operator"] = append(args["operator"], "--mcp-stdio-allow", u.f.mcpStdioAllow)
 	}
 	if sandbox.Supported() != nil {
 		// The bash tool needs Landlock; the file tools do not.
