@@ -86,11 +86,19 @@ func (s *Server) DeleteAgent(ctx context.Context, req *agentv1.DeleteAgentReques
 }
 
 // Check checks the definitions of a YAML registry as Seed will, without
-// the State service: everything but the allowlists' agents outside the
-// file. The orchestrator calls it at start, so a bad file fails start-up.
+// the State service and without the proto rules: the tools, schemas, MCP
+// servers and sizes (the registry's parser has checked names, addresses,
+// amounts and durations). The orchestrator calls it at start, so a bad
+// file fails start-up. The proto rules (label syntax, description and
+// list lengths, the operator's limits on what a definition maps onto)
+// are checked by the seeding, in the background: checking them at start
+// would build protovalidate's CEL environment before the orchestrator
+// serves (issue 19: it tripled the CPU to SERVING). A definition that
+// breaks one is logged and not seeded; its agent is served from the
+// file.
 func Check(ctx context.Context, reg *orchestrator.Registry) error {
 	for _, ra := range reg.Agents() {
-		if err := Validate(ctx, FromAgent(ra), nil, nil); err != nil {
+		if err := validate(ctx, FromAgent(ra), nil, nil, false); err != nil {
 			return fmt.Errorf("agent %q of the --agents file: %w", ra.ID, err)
 		}
 	}

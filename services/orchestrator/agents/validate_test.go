@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
+	"github.com/secbear/neuron/services/orchestrator"
 )
 
 // TestWithModels: a model an OpenAI-compatible server serves is in no
@@ -48,5 +49,30 @@ func TestToAgentMinimal(t *testing.T) {
 	}
 	if a.Operator != "x:1" || a.Revision != 3 || a.Defaults.SessionHistory != nil || a.Defaults.AllowedTools != nil {
 		t.Errorf("ToAgent of a bare definition: %+v", a)
+	}
+}
+
+// TestCheckAtStart: the start-up check refuses what the file gets wrong
+// (the sizes, tools, schemas), without the proto rules, which the background seeding
+// checks (Validate) so that start-up does not build protovalidate.
+func TestCheckAtStart(t *testing.T) {
+	parse := func(yaml string) *orchestrator.Registry {
+		t.Helper()
+		reg, err := orchestrator.ParseRegistry([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	long := parse("agents:\n  - id: a\n    operator: x:1\n    instructions: " + strings.Repeat("x", MaxInstructionsBytes+1) + "\n")
+	if err := Check(context.Background(), long); err == nil || !strings.Contains(err.Error(), "agent.definition.instructions") {
+		t.Errorf("Check of instructions over the limit: %v, want them refused naming the field", err)
+	}
+	label := parse("agents:\n  - id: a\n    operator: x:1\n    labels: {\"bad key!\": v}\n")
+	if err := Check(context.Background(), label); err != nil {
+		t.Errorf("Check ran the proto rules at start: %v", err)
+	}
+	if err := Validate(context.Background(), FromAgent(label.Agents()[0]), nil, nil); err == nil || !strings.Contains(err.Error(), "agent.definition.labels") {
+		t.Errorf("Validate (the seeding's) of a bad label key: %v, want INVALID_ARGUMENT naming the labels", err)
 	}
 }
