@@ -175,7 +175,7 @@ func validate(ctx context.Context, a *agentv1.Agent, models Models, exists Exist
 	if m := d.GetModel(); models != nil && m != nil {
 		if n := m.GetName(); n != "" {
 			if _, ok := models.Lookup(n); !ok {
-				add("definition.model.name", "unknown model %q; known models: %s", n, strings.Join(models.Names(), ", "))
+				add("definition.model.name", "unknown model %q; known models: %s (a model an OpenAI-compatible server serves: start the orchestrator with --models %s)", n, strings.Join(models.Names(), ", "), n)
 			}
 		}
 		for i, n := range m.GetFallbacks() {
