@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	"github.com/secbear/neuron/pkg/flagenv"
 )
 
 const eventsHelp = `Tail the orchestrator's lifecycle events: budget (cost of every operator
@@ -62,14 +63,14 @@ func (c *cli) cmdEvents(ctx context.Context, args []string) error {
 		return usageErrorf("events", "unexpected arguments %q", pos)
 	}
 	req := &lifecyclev1.SubscribeRequest{WorkflowId: workflow, AgentId: agnt, AfterSequence: after}
-	for _, k := range splitList(kinds) {
+	for _, k := range flagenv.SplitList(kinds) {
 		v, ok := lifecyclev1.EventKind_value["EVENT_KIND_"+strings.ToUpper(k)]
 		if !ok || v == 0 {
 			return usageErrorf("events", "--kind %q: want budget, compaction or observable", k)
 		}
 		req.Kinds = append(req.Kinds, lifecyclev1.EventKind(v))
 	}
-	for _, s := range splitList(sources) {
+	for _, s := range flagenv.SplitList(sources) {
 		v, ok := lifecyclev1.EventSource_value["EVENT_SOURCE_"+strings.ToUpper(s)]
 		if !ok || v == 0 {
 			return usageErrorf("events", "--source %q: want operator, orchestrator, state, environment or middleware", s)
@@ -143,15 +144,4 @@ func (c *cli) endOfEvents(ctx context.Context, cn *conn, err error) error {
 		return nil
 	}
 	return cn.wrap(err)
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

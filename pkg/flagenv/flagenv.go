@@ -53,3 +53,15 @@ func Usage(fs *flag.FlagSet, prefix, summary string) func() {
 		})
 	}
 }
+
+// SplitList splits a comma-separated flag value (or its environment
+// variable's), trimming items and dropping empty ones.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package flagenv
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +30,13 @@ func TestBadEnvValueNamesVariable(t *testing.T) {
 	err := Parse(fs, "P", nil, func(k string) (string, bool) { return "many", k == "P_MAX_KEY_BYTES" })
 	if err == nil || err.Error()[:15] != "P_MAX_KEY_BYTES" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	for in, want := range map[string]string{"": "", "a": "a", " a , ,b,": "a|b", ",,": ""} {
+		if got := strings.Join(SplitList(in), "|"); got != want {
+			t.Errorf("SplitList(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

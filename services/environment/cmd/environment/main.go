@@ -167,7 +167,7 @@ func (f *flags) config() (environment.Config, error) {
 		DataDir:               f.dataDir,
 		OperatorBinary:        f.operatorBinary,
 		OperatorArgs:          strings.Fields(f.operatorArgs),
-		ReadOnly:              splitList(f.readOnly),
+		ReadOnly:              flagenv.SplitList(f.readOnly),
 		SecretsDir:            f.secretsDir,
 		Operator:              f.operator,
 		State:                 f.state,
@@ -176,7 +176,7 @@ func (f *flags) config() (environment.Config, error) {
 		GvisorRuntime:         f.gvisorRuntime,
 		Kubeconfig:            f.kubeconfig,
 		KubeNamespace:         f.kubeNamespace,
-		KubeCredentialSecrets: splitList(f.kubeSecrets),
+		KubeCredentialSecrets: flagenv.SplitList(f.kubeSecrets),
 		MaxConcurrent:         f.maxConcurrent,
 		EgressCAFile:          f.egressCA,
 	}
@@ -189,7 +189,7 @@ func (f *flags) config() (environment.Config, error) {
 		return cfg, fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk)
 	}
 	cfg.DefaultDiskBytes = disk.Value()
-	for _, kv := range splitList(f.staticHosts) {
+	for _, kv := range flagenv.SplitList(f.staticHosts) {
 		host, addr, ok := strings.Cut(kv, "=")
 		if !ok || host == "" || addr == "" {
 			return cfg, fmt.Errorf("--egress-static-hosts: %q is not host=ip:port", kv)
@@ -199,7 +199,7 @@ func (f *flags) config() (environment.Config, error) {
 		}
 		cfg.EgressStaticHosts[host] = addr
 	}
-	for _, c := range splitList(f.allowPrivate) {
+	for _, c := range flagenv.SplitList(f.allowPrivate) {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
 			return cfg, fmt.Errorf("--egress-allow-private: %q is not a CIDR", c)
@@ -225,14 +225,4 @@ func (f *flags) defaults() (environment.Defaults, error) {
 	d.Limits.MaxProcesses = uint32(min(f.defaultProcs, 1<<31))
 	d.Limits.MaxOutputBytes = f.defaultOutput
 	return d, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }

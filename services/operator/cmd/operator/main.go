@@ -150,13 +150,13 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 		return nil, err
 	}
 	c.MaxTurns = uint32(min(maxTurns, 1<<31))
-	c.Tools = splitList(tools)
-	c.ToolEnv = splitList(toolEnv)
-	c.ToolReadOnly = splitList(toolReadOnly)
-	c.MCPStdioAllow, c.MCPHTTPAllow = splitList(mcpStdioAllow), splitList(mcpHTTPAllow)
+	c.Tools = flagenv.SplitList(tools)
+	c.ToolEnv = flagenv.SplitList(toolEnv)
+	c.ToolReadOnly = flagenv.SplitList(toolReadOnly)
+	c.MCPStdioAllow, c.MCPHTTPAllow = flagenv.SplitList(mcpStdioAllow), flagenv.SplitList(mcpHTTPAllow)
 	m.KeyFiles, m.BaseURLs = nonEmpty(keyFiles), nonEmpty(baseURLs)
-	m.LocalModels = splitList(localModels)
-	m.FallbackModels = splitList(fallbackModels)
+	m.LocalModels = flagenv.SplitList(localModels)
+	m.FallbackModels = flagenv.SplitList(fallbackModels)
 	return f, nil
 }
 
@@ -170,17 +170,6 @@ func nonEmpty(m map[string]*string) map[string]string {
 				out = map[string]string{}
 			}
 			out[name] = *v
-		}
-	}
-	return out
-}
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
 		}
 	}
 	return out

@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/shopspring/decimal"
@@ -75,11 +74,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	)
 	fs.StringVar(&cfg.Agents, "agents", "", "YAML file of the agent registry (required): agent id -> operator or environment address and defaults")
 	fs.Func("models", "comma-separated model names agent definitions may name beyond the operator's model catalog: those an OpenAI-compatible server (Ollama, vLLM) serves", func(v string) error {
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				cfg.Models = append(cfg.Models, n)
-			}
-		}
+		cfg.Models = append(cfg.Models, flagenv.SplitList(v)...)
 		return nil
 	})
 	fs.StringVar(&cfg.DataDir, "data-dir", serve.DefaultDataDir, "directory of the workflow journal (journal.db)")
