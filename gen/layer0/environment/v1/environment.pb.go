@@ -78,6 +78,150 @@ func (NetworkAction) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
 }
 
+// RunStreamRequest is the input of RunStream: the same fields as
+// RunRequest.
+type RunStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The invocation; its DispatchContext travels with it.
+	Input *v1.OperatorInput `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
+	// Where and how to run it.
+	Spec          *EnvironmentSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStreamRequest) Reset() {
+	*x = RunStreamRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStreamRequest) ProtoMessage() {}
+
+func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
+func (*RunStreamRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RunStreamRequest) GetInput() *v1.OperatorInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *RunStreamRequest) GetSpec() *EnvironmentSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+// RunStreamResponse is one message of RunStream.
+type RunStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*RunStreamResponse_Progress
+	//	*RunStreamResponse_Result
+	Kind          isRunStreamResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStreamResponse) Reset() {
+	*x = RunStreamResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStreamResponse) ProtoMessage() {}
+
+func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStreamResponse.ProtoReflect.Descriptor instead.
+func (*RunStreamResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunStreamResponse) GetKind() isRunStreamResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *RunStreamResponse) GetProgress() *v1.ExecuteStreamResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*RunStreamResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *RunStreamResponse) GetResult() *RunResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*RunStreamResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isRunStreamResponse_Kind interface {
+	isRunStreamResponse_Kind()
+}
+
+type RunStreamResponse_Progress struct {
+	// A progress event of the operator inside (never its output, which
+	// result carries).
+	Progress *v1.ExecuteStreamResponse `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type RunStreamResponse_Result struct {
+	// The result; always the last message of a successful stream.
+	Result *RunResponse `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*RunStreamResponse_Progress) isRunStreamResponse_Kind() {}
+
+func (*RunStreamResponse_Result) isRunStreamResponse_Kind() {}
+
 // RunRequest is the input of Run.
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -91,7 +235,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +247,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +260,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunRequest) GetInput() *v1.OperatorInput {
@@ -150,7 +294,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +306,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +319,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunResponse) GetOutput() *v1.OperatorOutput {
@@ -223,7 +367,7 @@ type ResourceUsage struct {
 
 func (x *ResourceUsage) Reset() {
 	*x = ResourceUsage{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +379,7 @@ func (x *ResourceUsage) String() string {
 func (*ResourceUsage) ProtoMessage() {}
 
 func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +392,7 @@ func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
 func (*ResourceUsage) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResourceUsage) GetPeakMemoryBytes() uint64 {
@@ -294,7 +438,7 @@ type EnvironmentSpec struct {
 
 func (x *EnvironmentSpec) Reset() {
 	*x = EnvironmentSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +450,7 @@ func (x *EnvironmentSpec) String() string {
 func (*EnvironmentSpec) ProtoMessage() {}
 
 func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +463,7 @@ func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentSpec.ProtoReflect.Descriptor instead.
 func (*EnvironmentSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnvironmentSpec) GetIsolation() []*IsolationBoundary {
@@ -379,7 +523,7 @@ type IsolationBoundary struct {
 
 func (x *IsolationBoundary) Reset() {
 	*x = IsolationBoundary{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +535,7 @@ func (x *IsolationBoundary) String() string {
 func (*IsolationBoundary) ProtoMessage() {}
 
 func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +548,7 @@ func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationBoundary.ProtoReflect.Descriptor instead.
 func (*IsolationBoundary) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IsolationBoundary) GetKind() isIsolationBoundary_Kind {
@@ -539,7 +683,7 @@ type ProcessIsolation struct {
 
 func (x *ProcessIsolation) Reset() {
 	*x = ProcessIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +695,7 @@ func (x *ProcessIsolation) String() string {
 func (*ProcessIsolation) ProtoMessage() {}
 
 func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +708,7 @@ func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessIsolation.ProtoReflect.Descriptor instead.
 func (*ProcessIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
 }
 
 // ContainerIsolation runs in a container.
@@ -578,7 +722,7 @@ type ContainerIsolation struct {
 
 func (x *ContainerIsolation) Reset() {
 	*x = ContainerIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +734,7 @@ func (x *ContainerIsolation) String() string {
 func (*ContainerIsolation) ProtoMessage() {}
 
 func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +747,7 @@ func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerIsolation.ProtoReflect.Descriptor instead.
 func (*ContainerIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContainerIsolation) GetImage() string {
@@ -622,7 +766,7 @@ type GvisorIsolation struct {
 
 func (x *GvisorIsolation) Reset() {
 	*x = GvisorIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +778,7 @@ func (x *GvisorIsolation) String() string {
 func (*GvisorIsolation) ProtoMessage() {}
 
 func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +791,7 @@ func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GvisorIsolation.ProtoReflect.Descriptor instead.
 func (*GvisorIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
 }
 
 // MicroVmIsolation runs in a micro VM.
@@ -659,7 +803,7 @@ type MicroVmIsolation struct {
 
 func (x *MicroVmIsolation) Reset() {
 	*x = MicroVmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +815,7 @@ func (x *MicroVmIsolation) String() string {
 func (*MicroVmIsolation) ProtoMessage() {}
 
 func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +828,7 @@ func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicroVmIsolation.ProtoReflect.Descriptor instead.
 func (*MicroVmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
 }
 
 // WasmIsolation runs in a WebAssembly runtime.
@@ -698,7 +842,7 @@ type WasmIsolation struct {
 
 func (x *WasmIsolation) Reset() {
 	*x = WasmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +854,7 @@ func (x *WasmIsolation) String() string {
 func (*WasmIsolation) ProtoMessage() {}
 
 func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +867,7 @@ func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmIsolation.ProtoReflect.Descriptor instead.
 func (*WasmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WasmIsolation) GetRuntime() string {
@@ -744,7 +888,7 @@ type NetworkPolicyIsolation struct {
 
 func (x *NetworkPolicyIsolation) Reset() {
 	*x = NetworkPolicyIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +900,7 @@ func (x *NetworkPolicyIsolation) String() string {
 func (*NetworkPolicyIsolation) ProtoMessage() {}
 
 func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +913,7 @@ func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyIsolation.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetworkPolicyIsolation) GetRules() []*NetworkRule {
@@ -792,7 +936,7 @@ type CustomIsolation struct {
 
 func (x *CustomIsolation) Reset() {
 	*x = CustomIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +948,7 @@ func (x *CustomIsolation) String() string {
 func (*CustomIsolation) ProtoMessage() {}
 
 func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +961,7 @@ func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomIsolation.ProtoReflect.Descriptor instead.
 func (*CustomIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CustomIsolation) GetBoundaryType() string {
@@ -848,7 +992,7 @@ type CredentialRef struct {
 
 func (x *CredentialRef) Reset() {
 	*x = CredentialRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1004,7 @@ func (x *CredentialRef) String() string {
 func (*CredentialRef) ProtoMessage() {}
 
 func (x *CredentialRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1017,7 @@ func (x *CredentialRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRef.ProtoReflect.Descriptor instead.
 func (*CredentialRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CredentialRef) GetName() string {
@@ -907,7 +1051,7 @@ type CredentialInjection struct {
 
 func (x *CredentialInjection) Reset() {
 	*x = CredentialInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1063,7 @@ func (x *CredentialInjection) String() string {
 func (*CredentialInjection) ProtoMessage() {}
 
 func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1076,7 @@ func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInjection.ProtoReflect.Descriptor instead.
 func (*CredentialInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CredentialInjection) GetMethod() isCredentialInjection_Method {
@@ -1005,7 +1149,7 @@ type EnvVarInjection struct {
 
 func (x *EnvVarInjection) Reset() {
 	*x = EnvVarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1161,7 @@ func (x *EnvVarInjection) String() string {
 func (*EnvVarInjection) ProtoMessage() {}
 
 func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1174,7 @@ func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVarInjection.ProtoReflect.Descriptor instead.
 func (*EnvVarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EnvVarInjection) GetVarName() string {
@@ -1051,7 +1195,7 @@ type FileInjection struct {
 
 func (x *FileInjection) Reset() {
 	*x = FileInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1207,7 @@ func (x *FileInjection) String() string {
 func (*FileInjection) ProtoMessage() {}
 
 func (x *FileInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1220,7 @@ func (x *FileInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInjection.ProtoReflect.Descriptor instead.
 func (*FileInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FileInjection) GetPath() string {
@@ -1101,7 +1245,7 @@ type SidecarInjection struct {
 
 func (x *SidecarInjection) Reset() {
 	*x = SidecarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1257,7 @@ func (x *SidecarInjection) String() string {
 func (*SidecarInjection) ProtoMessage() {}
 
 func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1270,7 @@ func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarInjection.ProtoReflect.Descriptor instead.
 func (*SidecarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SidecarInjection) GetHost() string {
@@ -1167,7 +1311,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1323,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1336,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResourceLimits) GetCpu() string {
@@ -1257,7 +1401,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1413,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1426,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NetworkPolicy) GetDefaultAction() NetworkAction {
@@ -1314,7 +1458,7 @@ type NetworkRule struct {
 
 func (x *NetworkRule) Reset() {
 	*x = NetworkRule{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1470,7 @@ func (x *NetworkRule) String() string {
 func (*NetworkRule) ProtoMessage() {}
 
 func (x *NetworkRule) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1483,7 @@ func (x *NetworkRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
 func (*NetworkRule) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NetworkRule) GetDestination() string {
@@ -1367,7 +1511,14 @@ var File_layer0_environment_v1_environment_proto protoreflect.FileDescriptor
 
 const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\n" +
-	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1elayer0/operator/v1/input.proto\x1a\x1flayer0/operator/v1/output.proto\"\x91\x01\n" +
+	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\"\x97\x01\n" +
+	"\x10RunStreamRequest\x12?\n" +
+	"\x05input\x18\x01 \x01(\v2!.layer0.operator.v1.OperatorInputB\x06\xbaH\x03\xc8\x01\x01R\x05input\x12B\n" +
+	"\x04spec\x18\x02 \x01(\v2&.layer0.environment.v1.EnvironmentSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"\xa2\x01\n" +
+	"\x11RunStreamResponse\x12G\n" +
+	"\bprogress\x18\x01 \x01(\v2).layer0.operator.v1.ExecuteStreamResponseH\x00R\bprogress\x12<\n" +
+	"\x06result\x18\x02 \x01(\v2\".layer0.environment.v1.RunResponseH\x00R\x06resultB\x06\n" +
+	"\x04kind\"\x91\x01\n" +
 	"\n" +
 	"RunRequest\x12?\n" +
 	"\x05input\x18\x01 \x01(\v2!.layer0.operator.v1.OperatorInputB\x06\xbaH\x03\xc8\x01\x01R\x05input\x12B\n" +
@@ -1450,9 +1601,10 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\rNetworkAction\x12\x1e\n" +
 	"\x1aNETWORK_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NETWORK_ACTION_ALLOW\x10\x01\x12\x17\n" +
-	"\x13NETWORK_ACTION_DENY\x10\x022b\n" +
+	"\x13NETWORK_ACTION_DENY\x10\x022\xc4\x01\n" +
 	"\x12EnvironmentService\x12L\n" +
-	"\x03Run\x12!.layer0.environment.v1.RunRequest\x1a\".layer0.environment.v1.RunResponseB\xe6\x01\n" +
+	"\x03Run\x12!.layer0.environment.v1.RunRequest\x1a\".layer0.environment.v1.RunResponse\x12`\n" +
+	"\tRunStream\x12'.layer0.environment.v1.RunStreamRequest\x1a(.layer0.environment.v1.RunStreamResponse0\x01B\xe6\x01\n" +
 	"\x19com.layer0.environment.v1B\x10EnvironmentProtoP\x01ZAgithub.com/secbear/neuron/gen/layer0/environment/v1;environmentv1\xa2\x02\x03LEX\xaa\x02\x15Layer0.Environment.V1\xca\x02\x15Layer0\\Environment\\V1\xe2\x02!Layer0\\Environment\\V1\\GPBMetadata\xea\x02\x17Layer0::Environment::V1b\x06proto3"
 
 var (
@@ -1468,70 +1620,79 @@ func file_layer0_environment_v1_environment_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_layer0_environment_v1_environment_proto_goTypes = []any{
-	(NetworkAction)(0),             // 0: layer0.environment.v1.NetworkAction
-	(*RunRequest)(nil),             // 1: layer0.environment.v1.RunRequest
-	(*RunResponse)(nil),            // 2: layer0.environment.v1.RunResponse
-	(*ResourceUsage)(nil),          // 3: layer0.environment.v1.ResourceUsage
-	(*EnvironmentSpec)(nil),        // 4: layer0.environment.v1.EnvironmentSpec
-	(*IsolationBoundary)(nil),      // 5: layer0.environment.v1.IsolationBoundary
-	(*ProcessIsolation)(nil),       // 6: layer0.environment.v1.ProcessIsolation
-	(*ContainerIsolation)(nil),     // 7: layer0.environment.v1.ContainerIsolation
-	(*GvisorIsolation)(nil),        // 8: layer0.environment.v1.GvisorIsolation
-	(*MicroVmIsolation)(nil),       // 9: layer0.environment.v1.MicroVmIsolation
-	(*WasmIsolation)(nil),          // 10: layer0.environment.v1.WasmIsolation
-	(*NetworkPolicyIsolation)(nil), // 11: layer0.environment.v1.NetworkPolicyIsolation
-	(*CustomIsolation)(nil),        // 12: layer0.environment.v1.CustomIsolation
-	(*CredentialRef)(nil),          // 13: layer0.environment.v1.CredentialRef
-	(*CredentialInjection)(nil),    // 14: layer0.environment.v1.CredentialInjection
-	(*EnvVarInjection)(nil),        // 15: layer0.environment.v1.EnvVarInjection
-	(*FileInjection)(nil),          // 16: layer0.environment.v1.FileInjection
-	(*SidecarInjection)(nil),       // 17: layer0.environment.v1.SidecarInjection
-	(*ResourceLimits)(nil),         // 18: layer0.environment.v1.ResourceLimits
-	(*NetworkPolicy)(nil),          // 19: layer0.environment.v1.NetworkPolicy
-	(*NetworkRule)(nil),            // 20: layer0.environment.v1.NetworkRule
-	(*v1.OperatorInput)(nil),       // 21: layer0.operator.v1.OperatorInput
-	(*v1.OperatorOutput)(nil),      // 22: layer0.operator.v1.OperatorOutput
-	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
-	(*structpb.Value)(nil),         // 24: google.protobuf.Value
+	(NetworkAction)(0),               // 0: layer0.environment.v1.NetworkAction
+	(*RunStreamRequest)(nil),         // 1: layer0.environment.v1.RunStreamRequest
+	(*RunStreamResponse)(nil),        // 2: layer0.environment.v1.RunStreamResponse
+	(*RunRequest)(nil),               // 3: layer0.environment.v1.RunRequest
+	(*RunResponse)(nil),              // 4: layer0.environment.v1.RunResponse
+	(*ResourceUsage)(nil),            // 5: layer0.environment.v1.ResourceUsage
+	(*EnvironmentSpec)(nil),          // 6: layer0.environment.v1.EnvironmentSpec
+	(*IsolationBoundary)(nil),        // 7: layer0.environment.v1.IsolationBoundary
+	(*ProcessIsolation)(nil),         // 8: layer0.environment.v1.ProcessIsolation
+	(*ContainerIsolation)(nil),       // 9: layer0.environment.v1.ContainerIsolation
+	(*GvisorIsolation)(nil),          // 10: layer0.environment.v1.GvisorIsolation
+	(*MicroVmIsolation)(nil),         // 11: layer0.environment.v1.MicroVmIsolation
+	(*WasmIsolation)(nil),            // 12: layer0.environment.v1.WasmIsolation
+	(*NetworkPolicyIsolation)(nil),   // 13: layer0.environment.v1.NetworkPolicyIsolation
+	(*CustomIsolation)(nil),          // 14: layer0.environment.v1.CustomIsolation
+	(*CredentialRef)(nil),            // 15: layer0.environment.v1.CredentialRef
+	(*CredentialInjection)(nil),      // 16: layer0.environment.v1.CredentialInjection
+	(*EnvVarInjection)(nil),          // 17: layer0.environment.v1.EnvVarInjection
+	(*FileInjection)(nil),            // 18: layer0.environment.v1.FileInjection
+	(*SidecarInjection)(nil),         // 19: layer0.environment.v1.SidecarInjection
+	(*ResourceLimits)(nil),           // 20: layer0.environment.v1.ResourceLimits
+	(*NetworkPolicy)(nil),            // 21: layer0.environment.v1.NetworkPolicy
+	(*NetworkRule)(nil),              // 22: layer0.environment.v1.NetworkRule
+	(*v1.OperatorInput)(nil),         // 23: layer0.operator.v1.OperatorInput
+	(*v1.ExecuteStreamResponse)(nil), // 24: layer0.operator.v1.ExecuteStreamResponse
+	(*v1.OperatorOutput)(nil),        // 25: layer0.operator.v1.OperatorOutput
+	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
+	(*structpb.Value)(nil),           // 27: google.protobuf.Value
 }
 var file_layer0_environment_v1_environment_proto_depIdxs = []int32{
-	21, // 0: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	4,  // 1: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	22, // 2: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	23, // 3: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
-	3,  // 4: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
-	23, // 5: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
-	5,  // 6: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
-	13, // 7: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
-	18, // 8: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
-	19, // 9: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
-	23, // 10: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
-	6,  // 11: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
-	7,  // 12: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
-	8,  // 13: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
-	9,  // 14: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
-	10, // 15: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
-	11, // 16: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
-	12, // 17: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
-	20, // 18: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
-	24, // 19: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
-	14, // 20: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
-	15, // 21: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
-	16, // 22: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
-	17, // 23: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
-	23, // 24: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
-	0,  // 25: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
-	20, // 26: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
-	0,  // 27: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
-	1,  // 28: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
-	2,  // 29: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
-	29, // [29:30] is the sub-list for method output_type
-	28, // [28:29] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	23, // 0: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	6,  // 1: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	24, // 2: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	4,  // 3: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
+	23, // 4: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	6,  // 5: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	25, // 6: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	26, // 7: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
+	5,  // 8: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
+	26, // 9: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
+	7,  // 10: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
+	15, // 11: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
+	20, // 12: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
+	21, // 13: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
+	26, // 14: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
+	8,  // 15: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
+	9,  // 16: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
+	10, // 17: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
+	11, // 18: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
+	12, // 19: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
+	13, // 20: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
+	14, // 21: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
+	22, // 22: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
+	27, // 23: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
+	16, // 24: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
+	17, // 25: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
+	18, // 26: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
+	19, // 27: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
+	26, // 28: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
+	0,  // 29: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
+	22, // 30: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
+	0,  // 31: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
+	3,  // 32: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
+	1,  // 33: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
+	4,  // 34: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
+	2,  // 35: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
+	34, // [34:36] is the sub-list for method output_type
+	32, // [32:34] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_layer0_environment_v1_environment_proto_init() }
@@ -1539,7 +1700,11 @@ func file_layer0_environment_v1_environment_proto_init() {
 	if File_layer0_environment_v1_environment_proto != nil {
 		return
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[4].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[1].OneofWrappers = []any{
+		(*RunStreamResponse_Progress)(nil),
+		(*RunStreamResponse_Result)(nil),
+	}
+	file_layer0_environment_v1_environment_proto_msgTypes[6].OneofWrappers = []any{
 		(*IsolationBoundary_Process)(nil),
 		(*IsolationBoundary_Container)(nil),
 		(*IsolationBoundary_Gvisor)(nil),
@@ -1548,20 +1713,20 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*IsolationBoundary_NetworkPolicy)(nil),
 		(*IsolationBoundary_Custom)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[13].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[15].OneofWrappers = []any{
 		(*CredentialInjection_EnvVar)(nil),
 		(*CredentialInjection_File)(nil),
 		(*CredentialInjection_Sidecar)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[17].OneofWrappers = []any{}
 	file_layer0_environment_v1_environment_proto_msgTypes[19].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_environment_v1_environment_proto_rawDesc), len(file_layer0_environment_v1_environment_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EnvironmentService_Run_FullMethodName = "/layer0.environment.v1.EnvironmentService/Run"
+	EnvironmentService_Run_FullMethodName       = "/layer0.environment.v1.EnvironmentService/Run"
+	EnvironmentService_RunStream_FullMethodName = "/layer0.environment.v1.EnvironmentService/RunStream"
 )
 
 // EnvironmentServiceClient is the client API for EnvironmentService service.
@@ -39,6 +40,14 @@ type EnvironmentServiceClient interface {
 	// (reason OPERATOR_RETRYABLE) when the sandbox could not be provisioned;
 	// CANCELED when the caller gives up; INTERNAL otherwise.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error)
+	// RunStream runs one invocation like Run and streams the operator's
+	// progress from inside the isolation as it happens (text deltas, tool
+	// calls started and finished, model calls, effects declared), then the
+	// same RunResponse that Run returns as the last message. Progress is
+	// data only: it is checked and size-bounded like the output, and
+	// credentials never come back in it.
+	// Errors: the same as Run, as the stream's final status.
+	RunStream(ctx context.Context, in *RunStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamResponse], error)
 }
 
 type environmentServiceClient struct {
@@ -59,6 +68,25 @@ func (c *environmentServiceClient) Run(ctx context.Context, in *RunRequest, opts
 	return out, nil
 }
 
+func (c *environmentServiceClient) RunStream(ctx context.Context, in *RunStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EnvironmentService_ServiceDesc.Streams[0], EnvironmentService_RunStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunStreamRequest, RunStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_RunStreamClient = grpc.ServerStreamingClient[RunStreamResponse]
+
 // EnvironmentServiceServer is the server API for EnvironmentService service.
 // All implementations must embed UnimplementedEnvironmentServiceServer
 // for forward compatibility.
@@ -76,6 +104,14 @@ type EnvironmentServiceServer interface {
 	// (reason OPERATOR_RETRYABLE) when the sandbox could not be provisioned;
 	// CANCELED when the caller gives up; INTERNAL otherwise.
 	Run(context.Context, *RunRequest) (*RunResponse, error)
+	// RunStream runs one invocation like Run and streams the operator's
+	// progress from inside the isolation as it happens (text deltas, tool
+	// calls started and finished, model calls, effects declared), then the
+	// same RunResponse that Run returns as the last message. Progress is
+	// data only: it is checked and size-bounded like the output, and
+	// credentials never come back in it.
+	// Errors: the same as Run, as the stream's final status.
+	RunStream(*RunStreamRequest, grpc.ServerStreamingServer[RunStreamResponse]) error
 	mustEmbedUnimplementedEnvironmentServiceServer()
 }
 
@@ -88,6 +124,9 @@ type UnimplementedEnvironmentServiceServer struct{}
 
 func (UnimplementedEnvironmentServiceServer) Run(context.Context, *RunRequest) (*RunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) RunStream(*RunStreamRequest, grpc.ServerStreamingServer[RunStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method RunStream not implemented")
 }
 func (UnimplementedEnvironmentServiceServer) mustEmbedUnimplementedEnvironmentServiceServer() {}
 func (UnimplementedEnvironmentServiceServer) testEmbeddedByValue()                            {}
@@ -128,6 +167,17 @@ func _EnvironmentService_Run_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnvironmentService_RunStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RunStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EnvironmentServiceServer).RunStream(m, &grpc.GenericServerStream[RunStreamRequest, RunStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_RunStreamServer = grpc.ServerStreamingServer[RunStreamResponse]
+
 // EnvironmentService_ServiceDesc is the grpc.ServiceDesc for EnvironmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -140,6 +190,12 @@ var EnvironmentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _EnvironmentService_Run_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "RunStream",
+			Handler:       _EnvironmentService_RunStream_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "layer0/environment/v1/environment.proto",
 }

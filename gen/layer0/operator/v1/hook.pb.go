@@ -105,6 +105,10 @@ const (
 	HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL HookActionKind = 3
 	// Run the tool with new_input instead (PRE_TOOL_USE only).
 	HookActionKind_HOOK_ACTION_KIND_MODIFY_TOOL_INPUT HookActionKind = 4
+	// Do not run this tool until a person approves it: the operator exits
+	// SUSPENDED with the call in Suspension.tool_calls, reason as its
+	// reason (PRE_TOOL_USE only).
+	HookActionKind_HOOK_ACTION_KIND_REQUIRE_APPROVAL HookActionKind = 5
 )
 
 // Enum value maps for HookActionKind.
@@ -115,6 +119,7 @@ var (
 		2: "HOOK_ACTION_KIND_HALT",
 		3: "HOOK_ACTION_KIND_SKIP_TOOL",
 		4: "HOOK_ACTION_KIND_MODIFY_TOOL_INPUT",
+		5: "HOOK_ACTION_KIND_REQUIRE_APPROVAL",
 	}
 	HookActionKind_value = map[string]int32{
 		"HOOK_ACTION_KIND_UNSPECIFIED":       0,
@@ -122,6 +127,7 @@ var (
 		"HOOK_ACTION_KIND_HALT":              2,
 		"HOOK_ACTION_KIND_SKIP_TOOL":         3,
 		"HOOK_ACTION_KIND_MODIFY_TOOL_INPUT": 4,
+		"HOOK_ACTION_KIND_REQUIRE_APPROVAL":  5,
 	}
 )
 
@@ -578,13 +584,14 @@ const file_layer0_operator_v1_hook_proto_rawDesc = "" +
 	"\x19HOOK_POINT_POST_INFERENCE\x10\x02\x12\x1b\n" +
 	"\x17HOOK_POINT_PRE_TOOL_USE\x10\x03\x12\x1c\n" +
 	"\x18HOOK_POINT_POST_TOOL_USE\x10\x04\x12\x19\n" +
-	"\x15HOOK_POINT_EXIT_CHECK\x10\x05*\xb4\x01\n" +
+	"\x15HOOK_POINT_EXIT_CHECK\x10\x05*\xdb\x01\n" +
 	"\x0eHookActionKind\x12 \n" +
 	"\x1cHOOK_ACTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19HOOK_ACTION_KIND_CONTINUE\x10\x01\x12\x19\n" +
 	"\x15HOOK_ACTION_KIND_HALT\x10\x02\x12\x1e\n" +
 	"\x1aHOOK_ACTION_KIND_SKIP_TOOL\x10\x03\x12&\n" +
-	"\"HOOK_ACTION_KIND_MODIFY_TOOL_INPUT\x10\x042\xba\x01\n" +
+	"\"HOOK_ACTION_KIND_MODIFY_TOOL_INPUT\x10\x04\x12%\n" +
+	"!HOOK_ACTION_KIND_REQUIRE_APPROVAL\x10\x052\xba\x01\n" +
 	"\vHookService\x12Z\n" +
 	"\bDescribe\x12#.layer0.operator.v1.DescribeRequest\x1a$.layer0.operator.v1.DescribeResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\x06OnHook\x12!.layer0.operator.v1.OnHookRequest\x1a\".layer0.operator.v1.OnHookResponseB\xca\x01\n" +

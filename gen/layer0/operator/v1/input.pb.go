@@ -95,6 +95,64 @@ func (TriggerType) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{0}
 }
 
+// ToolApproval is whether a tool's calls wait for a person's approval.
+type ToolApproval int32
+
+const (
+	// Not set: as NEVER.
+	ToolApproval_TOOL_APPROVAL_UNSPECIFIED ToolApproval = 0
+	// Calls run without asking.
+	ToolApproval_TOOL_APPROVAL_NEVER ToolApproval = 1
+	// Every call waits.
+	ToolApproval_TOOL_APPROVAL_ALWAYS ToolApproval = 2
+	// Calls wait unless the tool is read-only (a built-in read tool, or an
+	// MCP tool annotated or configured read-only).
+	ToolApproval_TOOL_APPROVAL_UNLESS_READ_ONLY ToolApproval = 3
+)
+
+// Enum value maps for ToolApproval.
+var (
+	ToolApproval_name = map[int32]string{
+		0: "TOOL_APPROVAL_UNSPECIFIED",
+		1: "TOOL_APPROVAL_NEVER",
+		2: "TOOL_APPROVAL_ALWAYS",
+		3: "TOOL_APPROVAL_UNLESS_READ_ONLY",
+	}
+	ToolApproval_value = map[string]int32{
+		"TOOL_APPROVAL_UNSPECIFIED":      0,
+		"TOOL_APPROVAL_NEVER":            1,
+		"TOOL_APPROVAL_ALWAYS":           2,
+		"TOOL_APPROVAL_UNLESS_READ_ONLY": 3,
+	}
+)
+
+func (x ToolApproval) Enum() *ToolApproval {
+	p := new(ToolApproval)
+	*p = x
+	return p
+}
+
+func (x ToolApproval) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolApproval) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_operator_v1_input_proto_enumTypes[1].Descriptor()
+}
+
+func (ToolApproval) Type() protoreflect.EnumType {
+	return &file_layer0_operator_v1_input_proto_enumTypes[1]
+}
+
+func (x ToolApproval) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolApproval.Descriptor instead.
+func (ToolApproval) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{1}
+}
+
 // ContextStrategy is how a conversation that exceeds the model's context
 // window (less the operator's output reserve) is fitted into it before a
 // model call. Only what the model is shown changes: the history stored
@@ -144,11 +202,11 @@ func (x ContextStrategy) String() string {
 }
 
 func (ContextStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_layer0_operator_v1_input_proto_enumTypes[1].Descriptor()
+	return file_layer0_operator_v1_input_proto_enumTypes[2].Descriptor()
 }
 
 func (ContextStrategy) Type() protoreflect.EnumType {
-	return &file_layer0_operator_v1_input_proto_enumTypes[1]
+	return &file_layer0_operator_v1_input_proto_enumTypes[2]
 }
 
 func (x ContextStrategy) Number() protoreflect.EnumNumber {
@@ -157,7 +215,7 @@ func (x ContextStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextStrategy.Descriptor instead.
 func (ContextStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{1}
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{2}
 }
 
 // DispatchContext identifies one dispatch and links it to the rest of the
@@ -279,7 +337,14 @@ type Resume struct {
 	// The token from the ExitReason's Suspension.
 	ResumeToken string `protobuf:"bytes,1,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
 	// The human's decision, any JSON value (e.g. {"approved": true}).
-	Decision      *structpb.Value `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	Decision *structpb.Value `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Decisions on the tool calls the suspension listed
+	// (Suspension.tool_calls), by tool_use_id. An approved call runs (with
+	// edited_input when given); a rejected one is not run and the model is
+	// told it was rejected, with the reason, so it can go on. Every pending
+	// call must be decided: a missing or unknown tool_use_id is
+	// INVALID_ARGUMENT naming it.
+	ToolDecisions []*ToolDecision `protobuf:"bytes,3,rep,name=tool_decisions,json=toolDecisions,proto3" json:"tool_decisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +393,97 @@ func (x *Resume) GetDecision() *structpb.Value {
 	return nil
 }
 
+func (x *Resume) GetToolDecisions() []*ToolDecision {
+	if x != nil {
+		return x.ToolDecisions
+	}
+	return nil
+}
+
+// ToolDecision is a person's decision on one tool call awaiting approval.
+type ToolDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call, as Suspension.tool_calls named it.
+	ToolUseId string `protobuf:"bytes,1,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
+	// True runs the call; false rejects it.
+	Approved bool `protobuf:"varint,2,opt,name=approved,proto3" json:"approved,omitempty"`
+	// Run the call with these arguments instead of the model's (approved
+	// only). They are validated against the tool's input schema like the
+	// model's.
+	EditedInput *structpb.Value `protobuf:"bytes,3,opt,name=edited_input,json=editedInput,proto3" json:"edited_input,omitempty"`
+	// Why, told to the model (for a rejection) and kept in the transcript.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who decided, for the record (e.g. the principal, or "timeout").
+	DecidedBy     string `protobuf:"bytes,5,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolDecision) Reset() {
+	*x = ToolDecision{}
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolDecision) ProtoMessage() {}
+
+func (x *ToolDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolDecision.ProtoReflect.Descriptor instead.
+func (*ToolDecision) Descriptor() ([]byte, []int) {
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolDecision) GetToolUseId() string {
+	if x != nil {
+		return x.ToolUseId
+	}
+	return ""
+}
+
+func (x *ToolDecision) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ToolDecision) GetEditedInput() *structpb.Value {
+	if x != nil {
+		return x.EditedInput
+	}
+	return nil
+}
+
+func (x *ToolDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ToolDecision) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
 // OperatorInput is everything new that an invocation needs. It carries no
 // history: the operator reads that from the State service.
 type OperatorInput struct {
@@ -354,7 +510,7 @@ type OperatorInput struct {
 
 func (x *OperatorInput) Reset() {
 	*x = OperatorInput{}
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[2]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +522,7 @@ func (x *OperatorInput) String() string {
 func (*OperatorInput) ProtoMessage() {}
 
 func (x *OperatorInput) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[2]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +535,7 @@ func (x *OperatorInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorInput.ProtoReflect.Descriptor instead.
 func (*OperatorInput) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{2}
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OperatorInput) GetMessage() *v1.Content {
@@ -456,7 +612,7 @@ type AllowedTools struct {
 
 func (x *AllowedTools) Reset() {
 	*x = AllowedTools{}
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[3]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +624,7 @@ func (x *AllowedTools) String() string {
 func (*AllowedTools) ProtoMessage() {}
 
 func (x *AllowedTools) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[3]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +637,7 @@ func (x *AllowedTools) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowedTools.ProtoReflect.Descriptor instead.
 func (*AllowedTools) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{3}
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AllowedTools) GetNames() []string {
@@ -540,13 +696,22 @@ type OperatorConfig struct {
 	// into it for this invocation. UNSPECIFIED: the deployment's
 	// --compaction.
 	ContextStrategy ContextStrategy `protobuf:"varint,12,opt,name=context_strategy,json=contextStrategy,proto3,enum=layer0.operator.v1.ContextStrategy" json:"context_strategy,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Which tool calls wait for a person's approval, by tool name (as
+	// offered to the model: a built-in, effect or "<server>__<tool>" MCP
+	// tool); the key "*" applies to every tool not named. Unset or empty:
+	// no call waits. A call that waits is not run: the operator stops
+	// before running any tool call of that turn and exits SUSPENDED, listing
+	// the calls that wait in Suspension.tool_calls; the caller resumes it
+	// with Resume.tool_decisions. Calls of the same turn that do not wait
+	// run after the decisions, in the model's order.
+	ToolApprovals map[string]ToolApproval `protobuf:"bytes,13,rep,name=tool_approvals,json=toolApprovals,proto3" json:"tool_approvals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=layer0.operator.v1.ToolApproval"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperatorConfig) Reset() {
 	*x = OperatorConfig{}
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[4]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +723,7 @@ func (x *OperatorConfig) String() string {
 func (*OperatorConfig) ProtoMessage() {}
 
 func (x *OperatorConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_input_proto_msgTypes[4]
+	mi := &file_layer0_operator_v1_input_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +736,7 @@ func (x *OperatorConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorConfig.ProtoReflect.Descriptor instead.
 func (*OperatorConfig) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{4}
+	return file_layer0_operator_v1_input_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OperatorConfig) GetMaxTurns() uint32 {
@@ -658,6 +823,13 @@ func (x *OperatorConfig) GetContextStrategy() ContextStrategy {
 	return ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED
 }
 
+func (x *OperatorConfig) GetToolApprovals() map[string]ToolApproval {
+	if x != nil {
+		return x.ToolApprovals
+	}
+	return nil
+}
+
 var File_layer0_operator_v1_input_proto protoreflect.FileDescriptor
 
 const file_layer0_operator_v1_input_proto_rawDesc = "" +
@@ -676,10 +848,19 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\rtrace_context\x18\b \x03(\v25.layer0.operator.v1.DispatchContext.TraceContextEntryR\ftraceContext\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
 	"\x06Resume\x12*\n" +
 	"\fresume_token\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\vresumeToken\x122\n" +
-	"\bdecision\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\bdecision\"\xec\x04\n" +
+	"\bdecision\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\bdecision\x12R\n" +
+	"\x0etool_decisions\x18\x03 \x03(\v2 .layer0.operator.v1.ToolDecisionB\t\xbaH\x06\x92\x01\x03\x10\x80\x02R\rtoolDecisions\"\xdc\x01\n" +
+	"\fToolDecision\x12*\n" +
+	"\vtool_use_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\ttoolUseId\x12\x1a\n" +
+	"\bapproved\x18\x02 \x01(\bR\bapproved\x129\n" +
+	"\fedited_input\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\veditedInput\x12 \n" +
+	"\x06reason\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06reason\x12'\n" +
+	"\n" +
+	"decided_by\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\tdecidedBy\"\xec\x04\n" +
 	"\rOperatorInput\x12:\n" +
 	"\amessage\x18\x01 \x01(\v2\x18.layer0.types.v1.ContentB\x06\xbaH\x03\xc8\x01\x01R\amessage\x12C\n" +
 	"\atrigger\x18\x02 \x01(\x0e2\x1f.layer0.operator.v1.TriggerTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\atrigger\x12%\n" +
@@ -694,7 +875,7 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"\xb6\a\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\x93\t\n" +
 	"\x0eOperatorConfig\x12)\n" +
 	"\tmax_turns\x18\x01 \x01(\rB\a\xbaH\x04*\x02(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
 	"\bmax_cost\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCost\x12F\n" +
@@ -709,7 +890,11 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x10model_parameters\x18\n" +
 	" \x01(\v2#.layer0.operator.v1.ModelParametersR\x0fmodelParameters\x12,\n" +
 	"\x0fsession_history\x18\v \x01(\bH\x05R\x0esessionHistory\x88\x01\x01\x12X\n" +
-	"\x10context_strategy\x18\f \x01(\x0e2#.layer0.operator.v1.ContextStrategyB\b\xbaH\x05\x82\x01\x02\x10\x01R\x0fcontextStrategy:q\xbaHn\x1al\n" +
+	"\x10context_strategy\x18\f \x01(\x0e2#.layer0.operator.v1.ContextStrategyB\b\xbaH\x05\x82\x01\x02\x10\x01R\x0fcontextStrategy\x12w\n" +
+	"\x0etool_approvals\x18\r \x03(\v25.layer0.operator.v1.OperatorConfig.ToolApprovalsEntryB\x19\xbaH\x16\x9a\x01\x13\x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x05\x82\x01\x02\x10\x01R\rtoolApprovals\x1ab\n" +
+	"\x12ToolApprovalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
+	"\x05value\x18\x02 \x01(\x0e2 .layer0.operator.v1.ToolApprovalR\x05value:\x028\x01:q\xbaHn\x1al\n" +
 	"\x1econfig.mcp_server_names_unique\x12 mcp_servers names must be unique\x1a(this.mcp_servers.map(s, s.name).unique()B\f\n" +
 	"\n" +
 	"_max_turnsB\b\n" +
@@ -725,7 +910,12 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x13TRIGGER_TYPE_SIGNAL\x10\x03\x12\x19\n" +
 	"\x15TRIGGER_TYPE_SCHEDULE\x10\x04\x12\x1d\n" +
 	"\x19TRIGGER_TYPE_SYSTEM_EVENT\x10\x05\x12\x17\n" +
-	"\x13TRIGGER_TYPE_CUSTOM\x10\x06*\x8b\x01\n" +
+	"\x13TRIGGER_TYPE_CUSTOM\x10\x06*\x84\x01\n" +
+	"\fToolApproval\x12\x1d\n" +
+	"\x19TOOL_APPROVAL_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TOOL_APPROVAL_NEVER\x10\x01\x12\x18\n" +
+	"\x14TOOL_APPROVAL_ALWAYS\x10\x02\x12\"\n" +
+	"\x1eTOOL_APPROVAL_UNLESS_READ_ONLY\x10\x03*\x8b\x01\n" +
 	"\x0fContextStrategy\x12 \n" +
 	"\x1cCONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTEXT_STRATEGY_COMPACT\x10\x01\x12\x1d\n" +
@@ -746,45 +936,52 @@ func file_layer0_operator_v1_input_proto_rawDescGZIP() []byte {
 	return file_layer0_operator_v1_input_proto_rawDescData
 }
 
-var file_layer0_operator_v1_input_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_layer0_operator_v1_input_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_layer0_operator_v1_input_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_layer0_operator_v1_input_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_layer0_operator_v1_input_proto_goTypes = []any{
 	(TriggerType)(0),            // 0: layer0.operator.v1.TriggerType
-	(ContextStrategy)(0),        // 1: layer0.operator.v1.ContextStrategy
-	(*DispatchContext)(nil),     // 2: layer0.operator.v1.DispatchContext
-	(*Resume)(nil),              // 3: layer0.operator.v1.Resume
-	(*OperatorInput)(nil),       // 4: layer0.operator.v1.OperatorInput
-	(*AllowedTools)(nil),        // 5: layer0.operator.v1.AllowedTools
-	(*OperatorConfig)(nil),      // 6: layer0.operator.v1.OperatorConfig
-	nil,                         // 7: layer0.operator.v1.DispatchContext.TraceContextEntry
-	(*structpb.Value)(nil),      // 8: google.protobuf.Value
-	(*v1.Content)(nil),          // 9: layer0.types.v1.Content
-	(*structpb.Struct)(nil),     // 10: google.protobuf.Struct
-	(*v1.Money)(nil),            // 11: layer0.types.v1.Money
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
-	(*McpServer)(nil),           // 13: layer0.operator.v1.McpServer
-	(*ModelParameters)(nil),     // 14: layer0.operator.v1.ModelParameters
+	(ToolApproval)(0),           // 1: layer0.operator.v1.ToolApproval
+	(ContextStrategy)(0),        // 2: layer0.operator.v1.ContextStrategy
+	(*DispatchContext)(nil),     // 3: layer0.operator.v1.DispatchContext
+	(*Resume)(nil),              // 4: layer0.operator.v1.Resume
+	(*ToolDecision)(nil),        // 5: layer0.operator.v1.ToolDecision
+	(*OperatorInput)(nil),       // 6: layer0.operator.v1.OperatorInput
+	(*AllowedTools)(nil),        // 7: layer0.operator.v1.AllowedTools
+	(*OperatorConfig)(nil),      // 8: layer0.operator.v1.OperatorConfig
+	nil,                         // 9: layer0.operator.v1.DispatchContext.TraceContextEntry
+	nil,                         // 10: layer0.operator.v1.OperatorConfig.ToolApprovalsEntry
+	(*structpb.Value)(nil),      // 11: google.protobuf.Value
+	(*v1.Content)(nil),          // 12: layer0.types.v1.Content
+	(*structpb.Struct)(nil),     // 13: google.protobuf.Struct
+	(*v1.Money)(nil),            // 14: layer0.types.v1.Money
+	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(*McpServer)(nil),           // 16: layer0.operator.v1.McpServer
+	(*ModelParameters)(nil),     // 17: layer0.operator.v1.ModelParameters
 }
 var file_layer0_operator_v1_input_proto_depIdxs = []int32{
-	7,  // 0: layer0.operator.v1.DispatchContext.trace_context:type_name -> layer0.operator.v1.DispatchContext.TraceContextEntry
-	8,  // 1: layer0.operator.v1.Resume.decision:type_name -> google.protobuf.Value
-	9,  // 2: layer0.operator.v1.OperatorInput.message:type_name -> layer0.types.v1.Content
-	0,  // 3: layer0.operator.v1.OperatorInput.trigger:type_name -> layer0.operator.v1.TriggerType
-	6,  // 4: layer0.operator.v1.OperatorInput.config:type_name -> layer0.operator.v1.OperatorConfig
-	10, // 5: layer0.operator.v1.OperatorInput.metadata:type_name -> google.protobuf.Struct
-	2,  // 6: layer0.operator.v1.OperatorInput.dispatch:type_name -> layer0.operator.v1.DispatchContext
-	3,  // 7: layer0.operator.v1.OperatorInput.resume:type_name -> layer0.operator.v1.Resume
-	11, // 8: layer0.operator.v1.OperatorConfig.max_cost:type_name -> layer0.types.v1.Money
-	12, // 9: layer0.operator.v1.OperatorConfig.max_duration:type_name -> google.protobuf.Duration
-	5,  // 10: layer0.operator.v1.OperatorConfig.allowed_tools:type_name -> layer0.operator.v1.AllowedTools
-	13, // 11: layer0.operator.v1.OperatorConfig.mcp_servers:type_name -> layer0.operator.v1.McpServer
-	14, // 12: layer0.operator.v1.OperatorConfig.model_parameters:type_name -> layer0.operator.v1.ModelParameters
-	1,  // 13: layer0.operator.v1.OperatorConfig.context_strategy:type_name -> layer0.operator.v1.ContextStrategy
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 0: layer0.operator.v1.DispatchContext.trace_context:type_name -> layer0.operator.v1.DispatchContext.TraceContextEntry
+	11, // 1: layer0.operator.v1.Resume.decision:type_name -> google.protobuf.Value
+	5,  // 2: layer0.operator.v1.Resume.tool_decisions:type_name -> layer0.operator.v1.ToolDecision
+	11, // 3: layer0.operator.v1.ToolDecision.edited_input:type_name -> google.protobuf.Value
+	12, // 4: layer0.operator.v1.OperatorInput.message:type_name -> layer0.types.v1.Content
+	0,  // 5: layer0.operator.v1.OperatorInput.trigger:type_name -> layer0.operator.v1.TriggerType
+	8,  // 6: layer0.operator.v1.OperatorInput.config:type_name -> layer0.operator.v1.OperatorConfig
+	13, // 7: layer0.operator.v1.OperatorInput.metadata:type_name -> google.protobuf.Struct
+	3,  // 8: layer0.operator.v1.OperatorInput.dispatch:type_name -> layer0.operator.v1.DispatchContext
+	4,  // 9: layer0.operator.v1.OperatorInput.resume:type_name -> layer0.operator.v1.Resume
+	14, // 10: layer0.operator.v1.OperatorConfig.max_cost:type_name -> layer0.types.v1.Money
+	15, // 11: layer0.operator.v1.OperatorConfig.max_duration:type_name -> google.protobuf.Duration
+	7,  // 12: layer0.operator.v1.OperatorConfig.allowed_tools:type_name -> layer0.operator.v1.AllowedTools
+	16, // 13: layer0.operator.v1.OperatorConfig.mcp_servers:type_name -> layer0.operator.v1.McpServer
+	17, // 14: layer0.operator.v1.OperatorConfig.model_parameters:type_name -> layer0.operator.v1.ModelParameters
+	2,  // 15: layer0.operator.v1.OperatorConfig.context_strategy:type_name -> layer0.operator.v1.ContextStrategy
+	10, // 16: layer0.operator.v1.OperatorConfig.tool_approvals:type_name -> layer0.operator.v1.OperatorConfig.ToolApprovalsEntry
+	1,  // 17: layer0.operator.v1.OperatorConfig.ToolApprovalsEntry.value:type_name -> layer0.operator.v1.ToolApproval
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_layer0_operator_v1_input_proto_init() }
@@ -793,15 +990,15 @@ func file_layer0_operator_v1_input_proto_init() {
 		return
 	}
 	file_layer0_operator_v1_definition_proto_init()
-	file_layer0_operator_v1_input_proto_msgTypes[2].OneofWrappers = []any{}
-	file_layer0_operator_v1_input_proto_msgTypes[4].OneofWrappers = []any{}
+	file_layer0_operator_v1_input_proto_msgTypes[3].OneofWrappers = []any{}
+	file_layer0_operator_v1_input_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_operator_v1_input_proto_rawDesc), len(file_layer0_operator_v1_input_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   6,
+			NumEnums:      3,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

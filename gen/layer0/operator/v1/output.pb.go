@@ -188,7 +188,10 @@ type Suspension struct {
 	// What the person is asked to decide.
 	Prompt string `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// What is waiting on the decision (e.g. the tool call awaiting approval).
-	Pending       *structpb.Value `protobuf:"bytes,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending *structpb.Value `protobuf:"bytes,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	// The tool calls waiting for approval, in the model's order; empty for
+	// a suspension that is not about tool calls.
+	ToolCalls     []*PendingToolCall `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +247,96 @@ func (x *Suspension) GetPending() *structpb.Value {
 	return nil
 }
 
+func (x *Suspension) GetToolCalls() []*PendingToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+// PendingToolCall is a tool call that waits for a person's approval.
+type PendingToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's id for the call; a ToolDecision names it.
+	ToolUseId string `protobuf:"bytes,1,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
+	// The tool's name, as offered to the model.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments the model gave.
+	Input *structpb.Value `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
+	// Why it waits: "policy" (the agent's tool_approvals) or a hook's
+	// reason.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The loop iteration, from 1.
+	Turn          uint32 `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingToolCall) Reset() {
+	*x = PendingToolCall{}
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingToolCall) ProtoMessage() {}
+
+func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingToolCall.ProtoReflect.Descriptor instead.
+func (*PendingToolCall) Descriptor() ([]byte, []int) {
+	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PendingToolCall) GetToolUseId() string {
+	if x != nil {
+		return x.ToolUseId
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetInput() *structpb.Value {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *PendingToolCall) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
 // SubDispatchRecord records one tool or sub-operator call within the loop.
 type SubDispatchRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -261,7 +354,7 @@ type SubDispatchRecord struct {
 
 func (x *SubDispatchRecord) Reset() {
 	*x = SubDispatchRecord{}
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[2]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +366,7 @@ func (x *SubDispatchRecord) String() string {
 func (*SubDispatchRecord) ProtoMessage() {}
 
 func (x *SubDispatchRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[2]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +379,7 @@ func (x *SubDispatchRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubDispatchRecord.ProtoReflect.Descriptor instead.
 func (*SubDispatchRecord) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{2}
+	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubDispatchRecord) GetName() string {
@@ -348,7 +441,7 @@ type OperatorMetadata struct {
 
 func (x *OperatorMetadata) Reset() {
 	*x = OperatorMetadata{}
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[3]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +453,7 @@ func (x *OperatorMetadata) String() string {
 func (*OperatorMetadata) ProtoMessage() {}
 
 func (x *OperatorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[3]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +466,7 @@ func (x *OperatorMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorMetadata.ProtoReflect.Descriptor instead.
 func (*OperatorMetadata) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{3}
+	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OperatorMetadata) GetTokensIn() uint64 {
@@ -465,7 +558,7 @@ type OperatorOutput struct {
 
 func (x *OperatorOutput) Reset() {
 	*x = OperatorOutput{}
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[4]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +570,7 @@ func (x *OperatorOutput) String() string {
 func (*OperatorOutput) ProtoMessage() {}
 
 func (x *OperatorOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_operator_v1_output_proto_msgTypes[4]
+	mi := &file_layer0_operator_v1_output_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +583,7 @@ func (x *OperatorOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorOutput.ProtoReflect.Descriptor instead.
 func (*OperatorOutput) Descriptor() ([]byte, []int) {
-	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{4}
+	return file_layer0_operator_v1_output_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OperatorOutput) GetMessage() *v1.Content {
@@ -540,12 +633,20 @@ const file_layer0_operator_v1_output_proto_rawDesc = "" +
 	"\x06custom\x18\x03 \x01(\tR\x06custom\x12>\n" +
 	"\n" +
 	"suspension\x18\x04 \x01(\v2\x1e.layer0.operator.v1.SuspensionR\n" +
-	"suspension\"y\n" +
+	"suspension\"\xbd\x01\n" +
 	"\n" +
 	"Suspension\x12!\n" +
 	"\fresume_token\x18\x01 \x01(\tR\vresumeToken\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x120\n" +
-	"\apending\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\apending\"\x8e\x01\n" +
+	"\apending\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\apending\x12B\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x03(\v2#.layer0.operator.v1.PendingToolCallR\ttoolCalls\"\x9f\x01\n" +
+	"\x0fPendingToolCall\x12\x1e\n" +
+	"\vtool_use_id\x18\x01 \x01(\tR\ttoolUseId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
+	"\x05input\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04turn\x18\x05 \x01(\rR\x04turn\"\x8e\x01\n" +
 	"\x11SubDispatchRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
@@ -598,39 +699,42 @@ func file_layer0_operator_v1_output_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_operator_v1_output_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_operator_v1_output_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_layer0_operator_v1_output_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_layer0_operator_v1_output_proto_goTypes = []any{
 	(ExitKind)(0),               // 0: layer0.operator.v1.ExitKind
 	(*ExitReason)(nil),          // 1: layer0.operator.v1.ExitReason
 	(*Suspension)(nil),          // 2: layer0.operator.v1.Suspension
-	(*SubDispatchRecord)(nil),   // 3: layer0.operator.v1.SubDispatchRecord
-	(*OperatorMetadata)(nil),    // 4: layer0.operator.v1.OperatorMetadata
-	(*OperatorOutput)(nil),      // 5: layer0.operator.v1.OperatorOutput
-	(*structpb.Value)(nil),      // 6: google.protobuf.Value
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
-	(*v1.Money)(nil),            // 8: layer0.types.v1.Money
-	(*v1.Content)(nil),          // 9: layer0.types.v1.Content
-	(*v1.Effect)(nil),           // 10: layer0.types.v1.Effect
-	(*structpb.Struct)(nil),     // 11: google.protobuf.Struct
+	(*PendingToolCall)(nil),     // 3: layer0.operator.v1.PendingToolCall
+	(*SubDispatchRecord)(nil),   // 4: layer0.operator.v1.SubDispatchRecord
+	(*OperatorMetadata)(nil),    // 5: layer0.operator.v1.OperatorMetadata
+	(*OperatorOutput)(nil),      // 6: layer0.operator.v1.OperatorOutput
+	(*structpb.Value)(nil),      // 7: google.protobuf.Value
+	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
+	(*v1.Money)(nil),            // 9: layer0.types.v1.Money
+	(*v1.Content)(nil),          // 10: layer0.types.v1.Content
+	(*v1.Effect)(nil),           // 11: layer0.types.v1.Effect
+	(*structpb.Struct)(nil),     // 12: google.protobuf.Struct
 }
 var file_layer0_operator_v1_output_proto_depIdxs = []int32{
 	0,  // 0: layer0.operator.v1.ExitReason.kind:type_name -> layer0.operator.v1.ExitKind
 	2,  // 1: layer0.operator.v1.ExitReason.suspension:type_name -> layer0.operator.v1.Suspension
-	6,  // 2: layer0.operator.v1.Suspension.pending:type_name -> google.protobuf.Value
-	7,  // 3: layer0.operator.v1.SubDispatchRecord.duration:type_name -> google.protobuf.Duration
-	8,  // 4: layer0.operator.v1.OperatorMetadata.cost:type_name -> layer0.types.v1.Money
-	3,  // 5: layer0.operator.v1.OperatorMetadata.sub_dispatches:type_name -> layer0.operator.v1.SubDispatchRecord
-	7,  // 6: layer0.operator.v1.OperatorMetadata.duration:type_name -> google.protobuf.Duration
-	9,  // 7: layer0.operator.v1.OperatorOutput.message:type_name -> layer0.types.v1.Content
-	1,  // 8: layer0.operator.v1.OperatorOutput.exit_reason:type_name -> layer0.operator.v1.ExitReason
-	4,  // 9: layer0.operator.v1.OperatorOutput.metadata:type_name -> layer0.operator.v1.OperatorMetadata
-	10, // 10: layer0.operator.v1.OperatorOutput.effects:type_name -> layer0.types.v1.Effect
-	11, // 11: layer0.operator.v1.OperatorOutput.annotations:type_name -> google.protobuf.Struct
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 2: layer0.operator.v1.Suspension.pending:type_name -> google.protobuf.Value
+	3,  // 3: layer0.operator.v1.Suspension.tool_calls:type_name -> layer0.operator.v1.PendingToolCall
+	7,  // 4: layer0.operator.v1.PendingToolCall.input:type_name -> google.protobuf.Value
+	8,  // 5: layer0.operator.v1.SubDispatchRecord.duration:type_name -> google.protobuf.Duration
+	9,  // 6: layer0.operator.v1.OperatorMetadata.cost:type_name -> layer0.types.v1.Money
+	4,  // 7: layer0.operator.v1.OperatorMetadata.sub_dispatches:type_name -> layer0.operator.v1.SubDispatchRecord
+	8,  // 8: layer0.operator.v1.OperatorMetadata.duration:type_name -> google.protobuf.Duration
+	10, // 9: layer0.operator.v1.OperatorOutput.message:type_name -> layer0.types.v1.Content
+	1,  // 10: layer0.operator.v1.OperatorOutput.exit_reason:type_name -> layer0.operator.v1.ExitReason
+	5,  // 11: layer0.operator.v1.OperatorOutput.metadata:type_name -> layer0.operator.v1.OperatorMetadata
+	11, // 12: layer0.operator.v1.OperatorOutput.effects:type_name -> layer0.types.v1.Effect
+	12, // 13: layer0.operator.v1.OperatorOutput.annotations:type_name -> google.protobuf.Struct
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_layer0_operator_v1_output_proto_init() }
@@ -644,7 +748,7 @@ func file_layer0_operator_v1_output_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_operator_v1_output_proto_rawDesc), len(file_layer0_operator_v1_output_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,10 +8,12 @@ package orchestratorv1
 
 import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	v12 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	v11 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	v1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -122,9 +124,12 @@ type Workflow struct {
 	// something outside it to come back (a full disk, a State service or
 	// an operator that is down); unset while it makes progress. It goes on
 	// by itself once the cause passes: nothing needs to be done to it.
-	Waiting       *WorkflowWait `protobuf:"bytes,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Waiting *WorkflowWait `protobuf:"bytes,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The tool calls a SUSPENDED workflow waits on, for DecideApprovals;
+	// empty when it is not waiting for approval.
+	PendingApprovals []*PendingApproval `protobuf:"bytes,14,rep,name=pending_approvals,json=pendingApprovals,proto3" json:"pending_approvals,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Workflow) Reset() {
@@ -248,6 +253,105 @@ func (x *Workflow) GetWaiting() *WorkflowWait {
 	return nil
 }
 
+func (x *Workflow) GetPendingApprovals() []*PendingApproval {
+	if x != nil {
+		return x.PendingApprovals
+	}
+	return nil
+}
+
+// PendingApproval is one tool call waiting for a person's decision.
+type PendingApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// The agent whose call it is.
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// The operator call (step) that stopped for it.
+	Step uint64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	// The call; a decision names its tool_use_id.
+	ToolCall *v11.PendingToolCall `protobuf:"bytes,4,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
+	// When the workflow began waiting.
+	RequestTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=request_time,json=requestTime,proto3" json:"request_time,omitempty"`
+	// When the orchestrator decides by itself (its --approval-timeout,
+	// with its default decision); unset: never.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingApproval) Reset() {
+	*x = PendingApproval{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingApproval) ProtoMessage() {}
+
+func (x *PendingApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
+func (*PendingApproval) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PendingApproval) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *PendingApproval) GetToolCall() *v11.PendingToolCall {
+	if x != nil {
+		return x.ToolCall
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetRequestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestTime
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 // WorkflowWait is what a running workflow is waiting for.
 type WorkflowWait struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -264,7 +368,7 @@ type WorkflowWait struct {
 
 func (x *WorkflowWait) Reset() {
 	*x = WorkflowWait{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +380,7 @@ func (x *WorkflowWait) String() string {
 func (*WorkflowWait) ProtoMessage() {}
 
 func (x *WorkflowWait) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +393,7 @@ func (x *WorkflowWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowWait.ProtoReflect.Descriptor instead.
 func (*WorkflowWait) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WorkflowWait) GetReason() string {
@@ -333,7 +437,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +449,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +462,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DispatchRequest) GetAgentId() string {
@@ -404,7 +508,7 @@ type EffectOutcome struct {
 
 func (x *EffectOutcome) Reset() {
 	*x = EffectOutcome{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +520,7 @@ func (x *EffectOutcome) String() string {
 func (*EffectOutcome) ProtoMessage() {}
 
 func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +533,7 @@ func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectOutcome.ProtoReflect.Descriptor instead.
 func (*EffectOutcome) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EffectOutcome) GetIdempotencyKey() string {
@@ -470,7 +574,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +586,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +599,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DispatchResponse) GetWorkflowId() string {
@@ -539,7 +643,7 @@ type DispatchManyRequest struct {
 
 func (x *DispatchManyRequest) Reset() {
 	*x = DispatchManyRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +655,7 @@ func (x *DispatchManyRequest) String() string {
 func (*DispatchManyRequest) ProtoMessage() {}
 
 func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +668,7 @@ func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyRequest.ProtoReflect.Descriptor instead.
 func (*DispatchManyRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DispatchManyRequest) GetTasks() []*DispatchRequest {
@@ -597,7 +701,7 @@ type DispatchResult struct {
 
 func (x *DispatchResult) Reset() {
 	*x = DispatchResult{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +713,7 @@ func (x *DispatchResult) String() string {
 func (*DispatchResult) ProtoMessage() {}
 
 func (x *DispatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +726,7 @@ func (x *DispatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResult.ProtoReflect.Descriptor instead.
 func (*DispatchResult) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DispatchResult) GetResult() isDispatchResult_Result {
@@ -679,7 +783,7 @@ type DispatchManyResponse struct {
 
 func (x *DispatchManyResponse) Reset() {
 	*x = DispatchManyResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +795,7 @@ func (x *DispatchManyResponse) String() string {
 func (*DispatchManyResponse) ProtoMessage() {}
 
 func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +808,7 @@ func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyResponse.ProtoReflect.Descriptor instead.
 func (*DispatchManyResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DispatchManyResponse) GetResults() []*DispatchResult {
@@ -730,7 +834,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +846,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +859,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SignalRequest) GetWorkflowId() string {
@@ -792,7 +896,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +908,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +921,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SignalResponse) GetSequence() uint64 {
@@ -849,7 +953,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +965,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +978,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryRequest) GetWorkflowId() string {
@@ -909,7 +1013,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1025,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1038,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueryResponse) GetResult() *structpb.Value {
@@ -961,7 +1065,7 @@ type StartWorkflowRequest struct {
 
 func (x *StartWorkflowRequest) Reset() {
 	*x = StartWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1077,7 @@ func (x *StartWorkflowRequest) String() string {
 func (*StartWorkflowRequest) ProtoMessage() {}
 
 func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1090,7 @@ func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*StartWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartWorkflowRequest) GetWorkflowId() string {
@@ -1030,7 +1134,7 @@ type StartWorkflowResponse struct {
 
 func (x *StartWorkflowResponse) Reset() {
 	*x = StartWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1146,7 @@ func (x *StartWorkflowResponse) String() string {
 func (*StartWorkflowResponse) ProtoMessage() {}
 
 func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1159,7 @@ func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*StartWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartWorkflowResponse) GetWorkflowId() string {
@@ -1083,7 +1187,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1199,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1212,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetWorkflowRequest) GetWorkflowId() string {
@@ -1129,7 +1233,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1245,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1258,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1177,7 +1281,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1293,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1306,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelWorkflowRequest) GetWorkflowId() string {
@@ -1230,7 +1334,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1346,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1359,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelWorkflowResponse) GetWorkflow() *Workflow {
@@ -1280,7 +1384,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1396,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1409,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListWorkflowsRequest) GetStatus() WorkflowStatus {
@@ -1342,7 +1446,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1458,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1471,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1384,11 +1488,884 @@ func (x *ListWorkflowsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// WatchWorkflowRequest is the input of WatchWorkflow.
+type WatchWorkflowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// Send the events after this sequence (an event's workflow_sequence);
+	// 0 sends them all.
+	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// Leave out the live progress of operator calls (text deltas, tool
+	// calls as they happen); the durable events still carry each step's
+	// outcome.
+	OmitProgress  bool `protobuf:"varint,3,opt,name=omit_progress,json=omitProgress,proto3" json:"omit_progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchWorkflowRequest) Reset() {
+	*x = WatchWorkflowRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchWorkflowRequest) ProtoMessage() {}
+
+func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *WatchWorkflowRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *WatchWorkflowRequest) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+func (x *WatchWorkflowRequest) GetOmitProgress() bool {
+	if x != nil {
+		return x.OmitProgress
+	}
+	return false
+}
+
+// WatchWorkflowResponse is one message of WatchWorkflow.
+type WatchWorkflowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WatchWorkflowResponse_Event
+	//	*WatchWorkflowResponse_Progress
+	//	*WatchWorkflowResponse_End
+	Kind          isWatchWorkflowResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchWorkflowResponse) Reset() {
+	*x = WatchWorkflowResponse{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchWorkflowResponse) ProtoMessage() {}
+
+func (x *WatchWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*WatchWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchWorkflowResponse) GetKind() isWatchWorkflowResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WatchWorkflowResponse) GetEvent() *v12.LifecycleEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchWorkflowResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *WatchWorkflowResponse) GetProgress() *StepProgress {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchWorkflowResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *WatchWorkflowResponse) GetEnd() *Workflow {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchWorkflowResponse_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+type isWatchWorkflowResponse_Kind interface {
+	isWatchWorkflowResponse_Kind()
+}
+
+type WatchWorkflowResponse_Event struct {
+	// An event of the workflow's durable log, each sent once and in order
+	// of its workflow_sequence.
+	Event *v12.LifecycleEvent `protobuf:"bytes,1,opt,name=event,proto3,oneof"`
+}
+
+type WatchWorkflowResponse_Progress struct {
+	// Live progress of an operator call of the workflow. It is not kept:
+	// a client that reconnects gets the progress of the call running then
+	// from that call's start, and the durable events and the transcript
+	// for calls that finished.
+	Progress *StepProgress `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
+}
+
+type WatchWorkflowResponse_End struct {
+	// The workflow once it has ended; the stream's last message.
+	End *Workflow `protobuf:"bytes,3,opt,name=end,proto3,oneof"`
+}
+
+func (*WatchWorkflowResponse_Event) isWatchWorkflowResponse_Kind() {}
+
+func (*WatchWorkflowResponse_Progress) isWatchWorkflowResponse_Kind() {}
+
+func (*WatchWorkflowResponse_End) isWatchWorkflowResponse_Kind() {}
+
+// StepProgress is one progress event of an operator call.
+type StepProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operator call.
+	Step uint64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Its dispatch id.
+	DispatchId string `protobuf:"bytes,2,opt,name=dispatch_id,json=dispatchId,proto3" json:"dispatch_id,omitempty"`
+	// The agent making it.
+	AgentId string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Delegation depth (0: the workflow's root agent).
+	Depth uint32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Position of this event in the call's progress, from 1; it starts
+	// again at 1 when the call is made again (a retry, or after a restart).
+	Index uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	// The event: a text delta, a tool call started or finished, a model
+	// call finished or an effect declared (never the output, which the
+	// durable events and the transcript carry).
+	Event         *v11.ExecuteStreamResponse `protobuf:"bytes,6,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepProgress) Reset() {
+	*x = StepProgress{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepProgress) ProtoMessage() {}
+
+func (x *StepProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepProgress.ProtoReflect.Descriptor instead.
+func (*StepProgress) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StepProgress) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepProgress) GetDispatchId() string {
+	if x != nil {
+		return x.DispatchId
+	}
+	return ""
+}
+
+func (x *StepProgress) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *StepProgress) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *StepProgress) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StepProgress) GetEvent() *v11.ExecuteStreamResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// GetTranscriptRequest is the input of GetTranscript.
+type GetTranscriptRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// At most this many steps per page; 0 means 20.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTranscriptRequest) Reset() {
+	*x = GetTranscriptRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTranscriptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTranscriptRequest) ProtoMessage() {}
+
+func (x *GetTranscriptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTranscriptRequest.ProtoReflect.Descriptor instead.
+func (*GetTranscriptRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetTranscriptRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *GetTranscriptRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetTranscriptRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetTranscriptResponse is one page of a transcript.
+type GetTranscriptResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The steps on this page, in step order.
+	Steps []*TranscriptStep `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Pass to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTranscriptResponse) Reset() {
+	*x = GetTranscriptResponse{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTranscriptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTranscriptResponse) ProtoMessage() {}
+
+func (x *GetTranscriptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTranscriptResponse.ProtoReflect.Descriptor instead.
+func (*GetTranscriptResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetTranscriptResponse) GetSteps() []*TranscriptStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *GetTranscriptResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// TranscriptStep is one operator call as it happened.
+type TranscriptStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step number in the workflow, from 1.
+	Step uint64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Its dispatch id.
+	DispatchId string `protobuf:"bytes,2,opt,name=dispatch_id,json=dispatchId,proto3" json:"dispatch_id,omitempty"`
+	// The agent called.
+	AgentId string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Delegation depth (0: the root agent).
+	Depth uint32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	// The step of the delegating agent (for a delegated agent) or of the
+	// agent that handed off; empty for the first step.
+	ParentDispatchId string `protobuf:"bytes,5,opt,name=parent_dispatch_id,json=parentDispatchId,proto3" json:"parent_dispatch_id,omitempty"`
+	// The exact input the operator was given.
+	Input *v11.OperatorInput `protobuf:"bytes,6,opt,name=input,proto3" json:"input,omitempty"`
+	// The output; unset when the call failed.
+	Output *v11.OperatorOutput `protobuf:"bytes,7,opt,name=output,proto3" json:"output,omitempty"`
+	// The tool calls it made, in order.
+	ToolCalls []*TranscriptToolCall `protobuf:"bytes,8,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// When the call began and ended.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Why the call failed; unset when it succeeded.
+	Error         *v1.Status `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranscriptStep) Reset() {
+	*x = TranscriptStep{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscriptStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscriptStep) ProtoMessage() {}
+
+func (x *TranscriptStep) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscriptStep.ProtoReflect.Descriptor instead.
+func (*TranscriptStep) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TranscriptStep) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *TranscriptStep) GetDispatchId() string {
+	if x != nil {
+		return x.DispatchId
+	}
+	return ""
+}
+
+func (x *TranscriptStep) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *TranscriptStep) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *TranscriptStep) GetParentDispatchId() string {
+	if x != nil {
+		return x.ParentDispatchId
+	}
+	return ""
+}
+
+func (x *TranscriptStep) GetInput() *v11.OperatorInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *TranscriptStep) GetOutput() *v11.OperatorOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *TranscriptStep) GetToolCalls() []*TranscriptToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *TranscriptStep) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *TranscriptStep) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *TranscriptStep) GetError() *v1.Status {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// TranscriptToolCall is one tool call of a step.
+type TranscriptToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's id for the call.
+	ToolUseId string `protobuf:"bytes,1,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
+	// The tool.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments it ran with.
+	Input *structpb.Value `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
+	// The result as the model saw it, at most 64 KiB (truncated says
+	// whether it was cut; result_bytes is its whole size).
+	Result string `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// Whether the tool failed.
+	IsError bool `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// Size of the whole result in bytes.
+	ResultBytes uint64 `protobuf:"varint,6,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// True when result is cut short.
+	Truncated bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// How long it ran.
+	Duration *durationpb.Duration `protobuf:"bytes,8,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The loop iteration, from 1.
+	Turn          uint32 `protobuf:"varint,9,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranscriptToolCall) Reset() {
+	*x = TranscriptToolCall{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscriptToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscriptToolCall) ProtoMessage() {}
+
+func (x *TranscriptToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscriptToolCall.ProtoReflect.Descriptor instead.
+func (*TranscriptToolCall) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TranscriptToolCall) GetToolUseId() string {
+	if x != nil {
+		return x.ToolUseId
+	}
+	return ""
+}
+
+func (x *TranscriptToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TranscriptToolCall) GetInput() *structpb.Value {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *TranscriptToolCall) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *TranscriptToolCall) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+func (x *TranscriptToolCall) GetResultBytes() uint64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *TranscriptToolCall) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *TranscriptToolCall) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *TranscriptToolCall) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+// ListApprovalsRequest is the input of ListApprovals.
+type ListApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this workflow's; empty: every workflow's.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// At most this many per page; 0 means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsRequest) Reset() {
+	*x = ListApprovalsRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsRequest) ProtoMessage() {}
+
+func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListApprovalsRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *ListApprovalsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListApprovalsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListApprovalsResponse is one page of pending approvals.
+type ListApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls waiting.
+	Approvals []*PendingApproval `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// Pass to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsResponse) Reset() {
+	*x = ListApprovalsResponse{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsResponse) ProtoMessage() {}
+
+func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListApprovalsResponse) GetApprovals() []*PendingApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *ListApprovalsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DecideApprovalsRequest is the input of DecideApprovals.
+type DecideApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The suspended workflow.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// One decision per pending call.
+	Decisions     []*v11.ToolDecision `protobuf:"bytes,2,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideApprovalsRequest) Reset() {
+	*x = DecideApprovalsRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideApprovalsRequest) ProtoMessage() {}
+
+func (x *DecideApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*DecideApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DecideApprovalsRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *DecideApprovalsRequest) GetDecisions() []*v11.ToolDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// DecideApprovalsResponse is the result of DecideApprovals.
+type DecideApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision's position in the workflow's journal (its signal).
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// True when these calls had been decided before (a retry); nothing new
+	// was recorded.
+	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideApprovalsResponse) Reset() {
+	*x = DecideApprovalsResponse{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideApprovalsResponse) ProtoMessage() {}
+
+func (x *DecideApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*DecideApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DecideApprovalsResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *DecideApprovalsResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 var File_layer0_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\x88\x05\n" +
+	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#layer0/lifecycle/v1/lifecycle.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\xde\x05\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12>\n" +
@@ -1407,7 +2384,16 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12'\n" +
 	"\x0fpending_signals\x18\f \x01(\rR\x0ependingSignals\x12>\n" +
-	"\awaiting\x18\r \x01(\v2$.layer0.orchestrator.v1.WorkflowWaitR\awaiting\"t\n" +
+	"\awaiting\x18\r \x01(\v2$.layer0.orchestrator.v1.WorkflowWaitR\awaiting\x12T\n" +
+	"\x11pending_approvals\x18\x0e \x03(\v2'.layer0.orchestrator.v1.PendingApprovalR\x10pendingApprovals\"\x9a\x02\n" +
+	"\x0fPendingApproval\x12\x1f\n" +
+	"\vworkflow_id\x18\x01 \x01(\tR\n" +
+	"workflowId\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x04R\x04step\x12@\n" +
+	"\ttool_call\x18\x04 \x01(\v2#.layer0.operator.v1.PendingToolCallR\btoolCall\x12=\n" +
+	"\frequest_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestTime\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"t\n" +
 	"\fWorkflowWait\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
@@ -1489,14 +2475,88 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x7f\n" +
 	"\x15ListWorkflowsResponse\x12>\n" +
 	"\tworkflows\x18\x01 \x03(\v2 .layer0.orchestrator.v1.WorkflowR\tworkflows\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xc6\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8f\x01\n" +
+	"\x14WatchWorkflowRequest\x12+\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
+	"workflowId\x12%\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12#\n" +
+	"\romit_progress\x18\x03 \x01(\bR\fomitProgress\"\xd6\x01\n" +
+	"\x15WatchWorkflowResponse\x12;\n" +
+	"\x05event\x18\x01 \x01(\v2#.layer0.lifecycle.v1.LifecycleEventH\x00R\x05event\x12B\n" +
+	"\bprogress\x18\x02 \x01(\v2$.layer0.orchestrator.v1.StepProgressH\x00R\bprogress\x124\n" +
+	"\x03end\x18\x03 \x01(\v2 .layer0.orchestrator.v1.WorkflowH\x00R\x03endB\x06\n" +
+	"\x04kind\"\xcb\x01\n" +
+	"\fStepProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x1f\n" +
+	"\vdispatch_id\x18\x02 \x01(\tR\n" +
+	"dispatchId\x12\x19\n" +
+	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\rR\x05depth\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\x12?\n" +
+	"\x05event\x18\x06 \x01(\v2).layer0.operator.v1.ExecuteStreamResponseR\x05event\"\x8a\x01\n" +
+	"\x14GetTranscriptRequest\x12+\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
+	"workflowId\x12&\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\t\xbaH\x06\x1a\x04\x18d(\x00R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +
+	"\x15GetTranscriptResponse\x12<\n" +
+	"\x05steps\x18\x01 \x03(\v2&.layer0.orchestrator.v1.TranscriptStepR\x05steps\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x85\x04\n" +
+	"\x0eTranscriptStep\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x1f\n" +
+	"\vdispatch_id\x18\x02 \x01(\tR\n" +
+	"dispatchId\x12\x19\n" +
+	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\rR\x05depth\x12,\n" +
+	"\x12parent_dispatch_id\x18\x05 \x01(\tR\x10parentDispatchId\x127\n" +
+	"\x05input\x18\x06 \x01(\v2!.layer0.operator.v1.OperatorInputR\x05input\x12:\n" +
+	"\x06output\x18\a \x01(\v2\".layer0.operator.v1.OperatorOutputR\x06output\x12I\n" +
+	"\n" +
+	"tool_calls\x18\b \x03(\v2*.layer0.orchestrator.v1.TranscriptToolCallR\ttoolCalls\x129\n" +
+	"\n" +
+	"start_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12-\n" +
+	"\x05error\x18\v \x01(\v2\x17.layer0.types.v1.StatusR\x05error\"\xb5\x02\n" +
+	"\x12TranscriptToolCall\x12\x1e\n" +
+	"\vtool_use_id\x18\x01 \x01(\tR\ttoolUseId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
+	"\x05input\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\tR\x06result\x12\x19\n" +
+	"\bis_error\x18\x05 \x01(\bR\aisError\x12!\n" +
+	"\fresult_bytes\x18\x06 \x01(\x04R\vresultBytes\x12\x1c\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\x125\n" +
+	"\bduration\x18\b \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x12\n" +
+	"\x04turn\x18\t \x01(\rR\x04turn\"\x89\x01\n" +
+	"\x14ListApprovalsRequest\x12)\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\n" +
+	"workflowId\x12'\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x86\x01\n" +
+	"\x15ListApprovalsResponse\x12E\n" +
+	"\tapprovals\x18\x01 \x03(\v2'.layer0.orchestrator.v1.PendingApprovalR\tapprovals\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x92\x01\n" +
+	"\x16DecideApprovalsRequest\x12+\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
+	"workflowId\x12K\n" +
+	"\tdecisions\x18\x02 \x03(\v2 .layer0.operator.v1.ToolDecisionB\v\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02R\tdecisions\"S\n" +
+	"\x17DecideApprovalsResponse\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate*\xc6\x01\n" +
 	"\x0eWorkflowStatus\x12\x1f\n" +
 	"\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKFLOW_STATUS_RUNNING\x10\x01\x12\x1d\n" +
 	"\x19WORKFLOW_STATUS_SUSPENDED\x10\x02\x12\x1d\n" +
 	"\x19WORKFLOW_STATUS_COMPLETED\x10\x03\x12\x1a\n" +
 	"\x16WORKFLOW_STATUS_FAILED\x10\x04\x12\x1c\n" +
-	"\x18WORKFLOW_STATUS_CANCELED\x10\x052\xd7\x06\n" +
+	"\x18WORKFLOW_STATUS_CANCELED\x10\x052\xa6\n" +
+	"\n" +
 	"\x13OrchestratorService\x12]\n" +
 	"\bDispatch\x12'.layer0.orchestrator.v1.DispatchRequest\x1a(.layer0.orchestrator.v1.DispatchResponse\x12i\n" +
 	"\fDispatchMany\x12+.layer0.orchestrator.v1.DispatchManyRequest\x1a,.layer0.orchestrator.v1.DispatchManyResponse\x12W\n" +
@@ -1505,7 +2565,11 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\rStartWorkflow\x12,.layer0.orchestrator.v1.StartWorkflowRequest\x1a-.layer0.orchestrator.v1.StartWorkflowResponse\x12k\n" +
 	"\vGetWorkflow\x12*.layer0.orchestrator.v1.GetWorkflowRequest\x1a+.layer0.orchestrator.v1.GetWorkflowResponse\"\x03\x90\x02\x01\x12t\n" +
 	"\x0eCancelWorkflow\x12-.layer0.orchestrator.v1.CancelWorkflowRequest\x1a..layer0.orchestrator.v1.CancelWorkflowResponse\"\x03\x90\x02\x02\x12q\n" +
-	"\rListWorkflows\x12,.layer0.orchestrator.v1.ListWorkflowsRequest\x1a-.layer0.orchestrator.v1.ListWorkflowsResponse\"\x03\x90\x02\x01B\xee\x01\n" +
+	"\rListWorkflows\x12,.layer0.orchestrator.v1.ListWorkflowsRequest\x1a-.layer0.orchestrator.v1.ListWorkflowsResponse\"\x03\x90\x02\x01\x12s\n" +
+	"\rWatchWorkflow\x12,.layer0.orchestrator.v1.WatchWorkflowRequest\x1a-.layer0.orchestrator.v1.WatchWorkflowResponse\"\x03\x90\x02\x010\x01\x12q\n" +
+	"\rGetTranscript\x12,.layer0.orchestrator.v1.GetTranscriptRequest\x1a-.layer0.orchestrator.v1.GetTranscriptResponse\"\x03\x90\x02\x01\x12q\n" +
+	"\rListApprovals\x12,.layer0.orchestrator.v1.ListApprovalsRequest\x1a-.layer0.orchestrator.v1.ListApprovalsResponse\"\x03\x90\x02\x01\x12r\n" +
+	"\x0fDecideApprovals\x12..layer0.orchestrator.v1.DecideApprovalsRequest\x1a/.layer0.orchestrator.v1.DecideApprovalsResponseB\xee\x01\n" +
 	"\x1acom.layer0.orchestrator.v1B\x11OrchestratorProtoP\x01ZCgithub.com/secbear/neuron/gen/layer0/orchestrator/v1;orchestratorv1\xa2\x02\x03LOX\xaa\x02\x16Layer0.Orchestrator.V1\xca\x02\x16Layer0\\Orchestrator\\V1\xe2\x02\"Layer0\\Orchestrator\\V1\\GPBMetadata\xea\x02\x18Layer0::Orchestrator::V1b\x06proto3"
 
 var (
@@ -1521,86 +2585,130 @@ func file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_layer0_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(WorkflowStatus)(0),            // 0: layer0.orchestrator.v1.WorkflowStatus
-	(*Workflow)(nil),               // 1: layer0.orchestrator.v1.Workflow
-	(*WorkflowWait)(nil),           // 2: layer0.orchestrator.v1.WorkflowWait
-	(*DispatchRequest)(nil),        // 3: layer0.orchestrator.v1.DispatchRequest
-	(*EffectOutcome)(nil),          // 4: layer0.orchestrator.v1.EffectOutcome
-	(*DispatchResponse)(nil),       // 5: layer0.orchestrator.v1.DispatchResponse
-	(*DispatchManyRequest)(nil),    // 6: layer0.orchestrator.v1.DispatchManyRequest
-	(*DispatchResult)(nil),         // 7: layer0.orchestrator.v1.DispatchResult
-	(*DispatchManyResponse)(nil),   // 8: layer0.orchestrator.v1.DispatchManyResponse
-	(*SignalRequest)(nil),          // 9: layer0.orchestrator.v1.SignalRequest
-	(*SignalResponse)(nil),         // 10: layer0.orchestrator.v1.SignalResponse
-	(*QueryRequest)(nil),           // 11: layer0.orchestrator.v1.QueryRequest
-	(*QueryResponse)(nil),          // 12: layer0.orchestrator.v1.QueryResponse
-	(*StartWorkflowRequest)(nil),   // 13: layer0.orchestrator.v1.StartWorkflowRequest
-	(*StartWorkflowResponse)(nil),  // 14: layer0.orchestrator.v1.StartWorkflowResponse
-	(*GetWorkflowRequest)(nil),     // 15: layer0.orchestrator.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),    // 16: layer0.orchestrator.v1.GetWorkflowResponse
-	(*CancelWorkflowRequest)(nil),  // 17: layer0.orchestrator.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil), // 18: layer0.orchestrator.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 19: layer0.orchestrator.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 20: layer0.orchestrator.v1.ListWorkflowsResponse
-	(*v1.Money)(nil),               // 21: layer0.types.v1.Money
-	(*v11.OperatorOutput)(nil),     // 22: layer0.operator.v1.OperatorOutput
-	(*v1.Status)(nil),              // 23: layer0.types.v1.Status
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
-	(*v11.OperatorInput)(nil),      // 25: layer0.operator.v1.OperatorInput
-	(*v1.SignalPayload)(nil),       // 26: layer0.types.v1.SignalPayload
-	(*structpb.Value)(nil),         // 27: google.protobuf.Value
+	(WorkflowStatus)(0),               // 0: layer0.orchestrator.v1.WorkflowStatus
+	(*Workflow)(nil),                  // 1: layer0.orchestrator.v1.Workflow
+	(*PendingApproval)(nil),           // 2: layer0.orchestrator.v1.PendingApproval
+	(*WorkflowWait)(nil),              // 3: layer0.orchestrator.v1.WorkflowWait
+	(*DispatchRequest)(nil),           // 4: layer0.orchestrator.v1.DispatchRequest
+	(*EffectOutcome)(nil),             // 5: layer0.orchestrator.v1.EffectOutcome
+	(*DispatchResponse)(nil),          // 6: layer0.orchestrator.v1.DispatchResponse
+	(*DispatchManyRequest)(nil),       // 7: layer0.orchestrator.v1.DispatchManyRequest
+	(*DispatchResult)(nil),            // 8: layer0.orchestrator.v1.DispatchResult
+	(*DispatchManyResponse)(nil),      // 9: layer0.orchestrator.v1.DispatchManyResponse
+	(*SignalRequest)(nil),             // 10: layer0.orchestrator.v1.SignalRequest
+	(*SignalResponse)(nil),            // 11: layer0.orchestrator.v1.SignalResponse
+	(*QueryRequest)(nil),              // 12: layer0.orchestrator.v1.QueryRequest
+	(*QueryResponse)(nil),             // 13: layer0.orchestrator.v1.QueryResponse
+	(*StartWorkflowRequest)(nil),      // 14: layer0.orchestrator.v1.StartWorkflowRequest
+	(*StartWorkflowResponse)(nil),     // 15: layer0.orchestrator.v1.StartWorkflowResponse
+	(*GetWorkflowRequest)(nil),        // 16: layer0.orchestrator.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),       // 17: layer0.orchestrator.v1.GetWorkflowResponse
+	(*CancelWorkflowRequest)(nil),     // 18: layer0.orchestrator.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),    // 19: layer0.orchestrator.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),      // 20: layer0.orchestrator.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),     // 21: layer0.orchestrator.v1.ListWorkflowsResponse
+	(*WatchWorkflowRequest)(nil),      // 22: layer0.orchestrator.v1.WatchWorkflowRequest
+	(*WatchWorkflowResponse)(nil),     // 23: layer0.orchestrator.v1.WatchWorkflowResponse
+	(*StepProgress)(nil),              // 24: layer0.orchestrator.v1.StepProgress
+	(*GetTranscriptRequest)(nil),      // 25: layer0.orchestrator.v1.GetTranscriptRequest
+	(*GetTranscriptResponse)(nil),     // 26: layer0.orchestrator.v1.GetTranscriptResponse
+	(*TranscriptStep)(nil),            // 27: layer0.orchestrator.v1.TranscriptStep
+	(*TranscriptToolCall)(nil),        // 28: layer0.orchestrator.v1.TranscriptToolCall
+	(*ListApprovalsRequest)(nil),      // 29: layer0.orchestrator.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),     // 30: layer0.orchestrator.v1.ListApprovalsResponse
+	(*DecideApprovalsRequest)(nil),    // 31: layer0.orchestrator.v1.DecideApprovalsRequest
+	(*DecideApprovalsResponse)(nil),   // 32: layer0.orchestrator.v1.DecideApprovalsResponse
+	(*v1.Money)(nil),                  // 33: layer0.types.v1.Money
+	(*v11.OperatorOutput)(nil),        // 34: layer0.operator.v1.OperatorOutput
+	(*v1.Status)(nil),                 // 35: layer0.types.v1.Status
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*v11.PendingToolCall)(nil),       // 37: layer0.operator.v1.PendingToolCall
+	(*v11.OperatorInput)(nil),         // 38: layer0.operator.v1.OperatorInput
+	(*v1.SignalPayload)(nil),          // 39: layer0.types.v1.SignalPayload
+	(*structpb.Value)(nil),            // 40: google.protobuf.Value
+	(*v12.LifecycleEvent)(nil),        // 41: layer0.lifecycle.v1.LifecycleEvent
+	(*v11.ExecuteStreamResponse)(nil), // 42: layer0.operator.v1.ExecuteStreamResponse
+	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
+	(*v11.ToolDecision)(nil),          // 44: layer0.operator.v1.ToolDecision
 }
 var file_layer0_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	0,  // 0: layer0.orchestrator.v1.Workflow.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	21, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
-	21, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
-	22, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
-	23, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
-	24, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	24, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 7: layer0.orchestrator.v1.Workflow.waiting:type_name -> layer0.orchestrator.v1.WorkflowWait
-	24, // 8: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
-	25, // 9: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	21, // 10: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
-	22, // 11: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	4,  // 12: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
-	21, // 13: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
-	3,  // 14: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
-	5,  // 15: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
-	23, // 16: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
-	7,  // 17: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
-	26, // 18: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
-	27, // 19: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
-	27, // 20: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
-	25, // 21: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	21, // 22: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
-	1,  // 23: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	1,  // 24: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	0,  // 25: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	1,  // 26: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
-	3,  // 27: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
-	6,  // 28: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
-	9,  // 29: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
-	11, // 30: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
-	13, // 31: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
-	15, // 32: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
-	17, // 33: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
-	19, // 34: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
-	5,  // 35: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
-	8,  // 36: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
-	10, // 37: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
-	12, // 38: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
-	14, // 39: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
-	16, // 40: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
-	18, // 41: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
-	20, // 42: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
-	35, // [35:43] is the sub-list for method output_type
-	27, // [27:35] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	33, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
+	33, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
+	34, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
+	35, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
+	36, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
+	36, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 7: layer0.orchestrator.v1.Workflow.waiting:type_name -> layer0.orchestrator.v1.WorkflowWait
+	2,  // 8: layer0.orchestrator.v1.Workflow.pending_approvals:type_name -> layer0.orchestrator.v1.PendingApproval
+	37, // 9: layer0.orchestrator.v1.PendingApproval.tool_call:type_name -> layer0.operator.v1.PendingToolCall
+	36, // 10: layer0.orchestrator.v1.PendingApproval.request_time:type_name -> google.protobuf.Timestamp
+	36, // 11: layer0.orchestrator.v1.PendingApproval.deadline:type_name -> google.protobuf.Timestamp
+	36, // 12: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
+	38, // 13: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	33, // 14: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
+	34, // 15: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	5,  // 16: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
+	33, // 17: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
+	4,  // 18: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
+	6,  // 19: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
+	35, // 20: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
+	8,  // 21: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
+	39, // 22: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
+	40, // 23: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
+	40, // 24: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
+	38, // 25: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	33, // 26: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
+	1,  // 27: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	1,  // 28: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	0,  // 29: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
+	1,  // 30: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
+	41, // 31: layer0.orchestrator.v1.WatchWorkflowResponse.event:type_name -> layer0.lifecycle.v1.LifecycleEvent
+	24, // 32: layer0.orchestrator.v1.WatchWorkflowResponse.progress:type_name -> layer0.orchestrator.v1.StepProgress
+	1,  // 33: layer0.orchestrator.v1.WatchWorkflowResponse.end:type_name -> layer0.orchestrator.v1.Workflow
+	42, // 34: layer0.orchestrator.v1.StepProgress.event:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	27, // 35: layer0.orchestrator.v1.GetTranscriptResponse.steps:type_name -> layer0.orchestrator.v1.TranscriptStep
+	38, // 36: layer0.orchestrator.v1.TranscriptStep.input:type_name -> layer0.operator.v1.OperatorInput
+	34, // 37: layer0.orchestrator.v1.TranscriptStep.output:type_name -> layer0.operator.v1.OperatorOutput
+	28, // 38: layer0.orchestrator.v1.TranscriptStep.tool_calls:type_name -> layer0.orchestrator.v1.TranscriptToolCall
+	36, // 39: layer0.orchestrator.v1.TranscriptStep.start_time:type_name -> google.protobuf.Timestamp
+	36, // 40: layer0.orchestrator.v1.TranscriptStep.end_time:type_name -> google.protobuf.Timestamp
+	35, // 41: layer0.orchestrator.v1.TranscriptStep.error:type_name -> layer0.types.v1.Status
+	40, // 42: layer0.orchestrator.v1.TranscriptToolCall.input:type_name -> google.protobuf.Value
+	43, // 43: layer0.orchestrator.v1.TranscriptToolCall.duration:type_name -> google.protobuf.Duration
+	2,  // 44: layer0.orchestrator.v1.ListApprovalsResponse.approvals:type_name -> layer0.orchestrator.v1.PendingApproval
+	44, // 45: layer0.orchestrator.v1.DecideApprovalsRequest.decisions:type_name -> layer0.operator.v1.ToolDecision
+	4,  // 46: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
+	7,  // 47: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
+	10, // 48: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
+	12, // 49: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
+	14, // 50: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
+	16, // 51: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
+	18, // 52: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
+	20, // 53: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
+	22, // 54: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:input_type -> layer0.orchestrator.v1.WatchWorkflowRequest
+	25, // 55: layer0.orchestrator.v1.OrchestratorService.GetTranscript:input_type -> layer0.orchestrator.v1.GetTranscriptRequest
+	29, // 56: layer0.orchestrator.v1.OrchestratorService.ListApprovals:input_type -> layer0.orchestrator.v1.ListApprovalsRequest
+	31, // 57: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:input_type -> layer0.orchestrator.v1.DecideApprovalsRequest
+	6,  // 58: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
+	9,  // 59: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
+	11, // 60: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
+	13, // 61: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
+	15, // 62: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
+	17, // 63: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
+	19, // 64: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
+	21, // 65: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
+	23, // 66: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:output_type -> layer0.orchestrator.v1.WatchWorkflowResponse
+	26, // 67: layer0.orchestrator.v1.OrchestratorService.GetTranscript:output_type -> layer0.orchestrator.v1.GetTranscriptResponse
+	30, // 68: layer0.orchestrator.v1.OrchestratorService.ListApprovals:output_type -> layer0.orchestrator.v1.ListApprovalsResponse
+	32, // 69: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:output_type -> layer0.orchestrator.v1.DecideApprovalsResponse
+	58, // [58:70] is the sub-list for method output_type
+	46, // [46:58] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_layer0_orchestrator_v1_orchestrator_proto_init() }
@@ -1608,9 +2716,14 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 	if File_layer0_orchestrator_v1_orchestrator_proto != nil {
 		return
 	}
-	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6].OneofWrappers = []any{
+	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7].OneofWrappers = []any{
 		(*DispatchResult_Response)(nil),
 		(*DispatchResult_Error)(nil),
+	}
+	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22].OneofWrappers = []any{
+		(*WatchWorkflowResponse_Event)(nil),
+		(*WatchWorkflowResponse_Progress)(nil),
+		(*WatchWorkflowResponse_End)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1618,7 +2731,7 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc), len(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,14 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_Dispatch_FullMethodName       = "/layer0.orchestrator.v1.OrchestratorService/Dispatch"
-	OrchestratorService_DispatchMany_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/DispatchMany"
-	OrchestratorService_Signal_FullMethodName         = "/layer0.orchestrator.v1.OrchestratorService/Signal"
-	OrchestratorService_Query_FullMethodName          = "/layer0.orchestrator.v1.OrchestratorService/Query"
-	OrchestratorService_StartWorkflow_FullMethodName  = "/layer0.orchestrator.v1.OrchestratorService/StartWorkflow"
-	OrchestratorService_GetWorkflow_FullMethodName    = "/layer0.orchestrator.v1.OrchestratorService/GetWorkflow"
-	OrchestratorService_CancelWorkflow_FullMethodName = "/layer0.orchestrator.v1.OrchestratorService/CancelWorkflow"
-	OrchestratorService_ListWorkflows_FullMethodName  = "/layer0.orchestrator.v1.OrchestratorService/ListWorkflows"
+	OrchestratorService_Dispatch_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/Dispatch"
+	OrchestratorService_DispatchMany_FullMethodName    = "/layer0.orchestrator.v1.OrchestratorService/DispatchMany"
+	OrchestratorService_Signal_FullMethodName          = "/layer0.orchestrator.v1.OrchestratorService/Signal"
+	OrchestratorService_Query_FullMethodName           = "/layer0.orchestrator.v1.OrchestratorService/Query"
+	OrchestratorService_StartWorkflow_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/StartWorkflow"
+	OrchestratorService_GetWorkflow_FullMethodName     = "/layer0.orchestrator.v1.OrchestratorService/GetWorkflow"
+	OrchestratorService_CancelWorkflow_FullMethodName  = "/layer0.orchestrator.v1.OrchestratorService/CancelWorkflow"
+	OrchestratorService_ListWorkflows_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/ListWorkflows"
+	OrchestratorService_WatchWorkflow_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/WatchWorkflow"
+	OrchestratorService_GetTranscript_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/GetTranscript"
+	OrchestratorService_ListApprovals_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/ListApprovals"
+	OrchestratorService_DecideApprovals_FullMethodName = "/layer0.orchestrator.v1.OrchestratorService/DecideApprovals"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -84,6 +88,46 @@ type OrchestratorServiceClient interface {
 	// Errors: INVALID_ARGUMENT for a bad page_size or a page_token that this
 	// server did not issue.
 	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
+	// WatchWorkflow streams a workflow as it runs: every event of its
+	// durable event log after after_sequence, in order and once (steps
+	// started and completed, effects, costs, delegations, approvals
+	// requested and decided), the live progress of the operator call
+	// running now (text deltas, tool calls started and finished), and last
+	// the workflow once it has ended. A client that loses the stream
+	// reconnects with the last event sequence it saw and gets everything
+	// after it while the workflow is retained. A workflow that waits for
+	// approval keeps the stream open.
+	// Errors: INVALID_ARGUMENT; NOT_FOUND for an unknown workflow or one
+	// past its retention; RESOURCE_EXHAUSTED when the client did not read
+	// for too long (reconnect with the last sequence seen); UNAVAILABLE
+	// when the server is shutting down (reconnect).
+	WatchWorkflow(ctx context.Context, in *WatchWorkflowRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchWorkflowResponse], error)
+	// GetTranscript pages through a workflow's transcript: each operator
+	// call's input, output, and tool calls with their inputs and results,
+	// delegated agents' steps included (with their depth and parent), in
+	// step order. It is kept in the State service under the workflow's
+	// scope, so it outlives the orchestrator's own retention of the
+	// workflow until the State service's retention removes it.
+	// Errors: INVALID_ARGUMENT for a bad page_size or page_token;
+	// NOT_FOUND for a workflow with no transcript; UNAVAILABLE when the
+	// State service cannot be reached.
+	GetTranscript(ctx context.Context, in *GetTranscriptRequest, opts ...grpc.CallOption) (*GetTranscriptResponse, error)
+	// ListApprovals lists the tool calls waiting for a person's approval,
+	// across workflows, oldest first.
+	// Errors: INVALID_ARGUMENT for a bad page_size or page_token.
+	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
+	// DecideApprovals approves or rejects the tool calls a suspended
+	// workflow waits on. Every pending call must be decided in one request.
+	// The decision is journaled before the call returns and resumes the
+	// workflow: approved calls run (with edited_input when given), rejected
+	// ones are reported to the model as rejected. A retry with the same
+	// decisions is answered duplicate=true.
+	// Errors: INVALID_ARGUMENT for a malformed decision, an unknown
+	// tool_use_id or a pending call left undecided (each named);
+	// NOT_FOUND for an unknown workflow; FAILED_PRECONDITION when the
+	// workflow does not wait for approval (ended, running, or the calls
+	// were already decided differently).
+	DecideApprovals(ctx context.Context, in *DecideApprovalsRequest, opts ...grpc.CallOption) (*DecideApprovalsResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -174,6 +218,55 @@ func (c *orchestratorServiceClient) ListWorkflows(ctx context.Context, in *ListW
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) WatchWorkflow(ctx context.Context, in *WatchWorkflowRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchWorkflowResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OrchestratorService_ServiceDesc.Streams[0], OrchestratorService_WatchWorkflow_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchWorkflowRequest, WatchWorkflowResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OrchestratorService_WatchWorkflowClient = grpc.ServerStreamingClient[WatchWorkflowResponse]
+
+func (c *orchestratorServiceClient) GetTranscript(ctx context.Context, in *GetTranscriptRequest, opts ...grpc.CallOption) (*GetTranscriptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTranscriptResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_GetTranscript_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApprovalsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) DecideApprovals(ctx context.Context, in *DecideApprovalsRequest, opts ...grpc.CallOption) (*DecideApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideApprovalsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_DecideApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -229,6 +322,46 @@ type OrchestratorServiceServer interface {
 	// Errors: INVALID_ARGUMENT for a bad page_size or a page_token that this
 	// server did not issue.
 	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)
+	// WatchWorkflow streams a workflow as it runs: every event of its
+	// durable event log after after_sequence, in order and once (steps
+	// started and completed, effects, costs, delegations, approvals
+	// requested and decided), the live progress of the operator call
+	// running now (text deltas, tool calls started and finished), and last
+	// the workflow once it has ended. A client that loses the stream
+	// reconnects with the last event sequence it saw and gets everything
+	// after it while the workflow is retained. A workflow that waits for
+	// approval keeps the stream open.
+	// Errors: INVALID_ARGUMENT; NOT_FOUND for an unknown workflow or one
+	// past its retention; RESOURCE_EXHAUSTED when the client did not read
+	// for too long (reconnect with the last sequence seen); UNAVAILABLE
+	// when the server is shutting down (reconnect).
+	WatchWorkflow(*WatchWorkflowRequest, grpc.ServerStreamingServer[WatchWorkflowResponse]) error
+	// GetTranscript pages through a workflow's transcript: each operator
+	// call's input, output, and tool calls with their inputs and results,
+	// delegated agents' steps included (with their depth and parent), in
+	// step order. It is kept in the State service under the workflow's
+	// scope, so it outlives the orchestrator's own retention of the
+	// workflow until the State service's retention removes it.
+	// Errors: INVALID_ARGUMENT for a bad page_size or page_token;
+	// NOT_FOUND for a workflow with no transcript; UNAVAILABLE when the
+	// State service cannot be reached.
+	GetTranscript(context.Context, *GetTranscriptRequest) (*GetTranscriptResponse, error)
+	// ListApprovals lists the tool calls waiting for a person's approval,
+	// across workflows, oldest first.
+	// Errors: INVALID_ARGUMENT for a bad page_size or page_token.
+	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
+	// DecideApprovals approves or rejects the tool calls a suspended
+	// workflow waits on. Every pending call must be decided in one request.
+	// The decision is journaled before the call returns and resumes the
+	// workflow: approved calls run (with edited_input when given), rejected
+	// ones are reported to the model as rejected. A retry with the same
+	// decisions is answered duplicate=true.
+	// Errors: INVALID_ARGUMENT for a malformed decision, an unknown
+	// tool_use_id or a pending call left undecided (each named);
+	// NOT_FOUND for an unknown workflow; FAILED_PRECONDITION when the
+	// workflow does not wait for approval (ended, running, or the calls
+	// were already decided differently).
+	DecideApprovals(context.Context, *DecideApprovalsRequest) (*DecideApprovalsResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -262,6 +395,18 @@ func (UnimplementedOrchestratorServiceServer) CancelWorkflow(context.Context, *C
 }
 func (UnimplementedOrchestratorServiceServer) ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkflows not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) WatchWorkflow(*WatchWorkflowRequest, grpc.ServerStreamingServer[WatchWorkflowResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchWorkflow not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) GetTranscript(context.Context, *GetTranscriptRequest) (*GetTranscriptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTranscript not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApprovals not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) DecideApprovals(context.Context, *DecideApprovalsRequest) (*DecideApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideApprovals not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -428,6 +573,71 @@ func _OrchestratorService_ListWorkflows_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_WatchWorkflow_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchWorkflowRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OrchestratorServiceServer).WatchWorkflow(m, &grpc.GenericServerStream[WatchWorkflowRequest, WatchWorkflowResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OrchestratorService_WatchWorkflowServer = grpc.ServerStreamingServer[WatchWorkflowResponse]
+
+func _OrchestratorService_GetTranscript_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTranscriptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).GetTranscript(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_GetTranscript_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).GetTranscript(ctx, req.(*GetTranscriptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_ListApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListApprovals(ctx, req.(*ListApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_DecideApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).DecideApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_DecideApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).DecideApprovals(ctx, req.(*DecideApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -467,7 +677,25 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListWorkflows",
 			Handler:    _OrchestratorService_ListWorkflows_Handler,
 		},
+		{
+			MethodName: "GetTranscript",
+			Handler:    _OrchestratorService_GetTranscript_Handler,
+		},
+		{
+			MethodName: "ListApprovals",
+			Handler:    _OrchestratorService_ListApprovals_Handler,
+		},
+		{
+			MethodName: "DecideApprovals",
+			Handler:    _OrchestratorService_DecideApprovals_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchWorkflow",
+			Handler:       _OrchestratorService_WatchWorkflow_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "layer0/orchestrator/v1/orchestrator.proto",
 }
