@@ -14,6 +14,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/middleware/dispatch"
 )
 
 // The dispatch boundary of the Middleware protocol is the orchestrator's
@@ -23,14 +24,21 @@ import (
 // pkg/middleware/dispatch (AuditInterceptor, BudgetInterceptor, which
 // reads the budget the engines put in the call's context with
 // dispatch.WithBudget), the embedder's, and a remote MiddlewareService
-// when configured (pkg/middleware/remote).
+// when configured (pkg/middleware/remote). The call is streamed
+// (ExecuteStream, RunStream) through a dispatch.Streamer, the chain's
+// innermost step: the interceptors see it as the unary Execute or Run,
+// their request and the final output, and the progress goes to the
+// call's ProgressFunc.
 
-// GRPCCaller calls agents over gRPC: an operator service's Execute, or an
-// environment service's Run with the agent's EnvironmentSpec. It keeps one
-// connection per address.
+// GRPCCaller calls agents over gRPC: an operator service's ExecuteStream,
+// or an environment service's RunStream with the agent's EnvironmentSpec,
+// giving the progress to the call's ProgressFunc (WithProgress). A
+// service that answers UNIMPLEMENTED to the stream (an older or
+// third-party one) is called with Execute or Run instead, from then on.
+// It keeps one connection per address.
 type GRPCCaller struct {
 	operator, environment grpcclient.Config
-	chain                 []grpc.UnaryClientInterceptor
+	boundary              grpc.UnaryClientInterceptor // the chain, as one
 	// PeerDownHorizon is how long an operator or environment service may
 	// stay unreachable (down, restarting, refusing connections) before a
 	// call to it fails with a PeerDownError. Until then the call waits for
@@ -39,34 +47,44 @@ type GRPCCaller struct {
 	PeerDownHorizon time.Duration
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	peers map[string]*peer
+}
+
+// peer is the connection to one service, and what was learnt of it.
+type peer struct {
+	cc      *grpc.ClientConn
+	stream  dispatch.Streamer
+	timeout time.Duration // of a call that has no deadline
 }
 
 // NewGRPCCaller returns a caller that dials operators with operatorCfg and
 // environments with envCfg (their Target is taken from each agent) and
-// runs chain, outermost first, around every call.
+// runs chain, outermost first, around every call, streamed or not.
 func NewGRPCCaller(operatorCfg, envCfg grpcclient.Config, chain ...grpc.UnaryClientInterceptor) *GRPCCaller {
-	return &GRPCCaller{operator: operatorCfg, environment: envCfg, chain: chain, conns: map[string]*grpc.ClientConn{}}
+	return &GRPCCaller{operator: operatorCfg, environment: envCfg, boundary: dispatch.Chain(chain...), peers: map[string]*peer{}}
 }
 
-func (c *GRPCCaller) conn(cfg grpcclient.Config, kind, addr string) (*grpc.ClientConn, error) {
+func (c *GRPCCaller) conn(cfg grpcclient.Config, kind, addr string) (*peer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := kind + "|" + addr
-	if cc := c.conns[key]; cc != nil {
-		return cc, nil
+	if p := c.peers[key]; p != nil {
+		return p, nil
 	}
 	cfg.Target = addr
 	cfg.MaxRetries = -1 // the engine retries per agent policy
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Minute // an agent run is long; the caller's deadline usually applies first
 	}
-	cc, err := grpcclient.Dial(cfg, grpc.WithChainUnaryInterceptor(c.chain...))
+	// The chain is not installed on the connection: call runs it, around
+	// the stream or, for a peer that does not stream, the unary call.
+	cc, err := grpcclient.Dial(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %v: %w", kind, addr, err, errs.FailedPrecondition)
 	}
-	c.conns[key] = cc
-	return cc, nil
+	p := &peer{cc: cc, timeout: cfg.Timeout}
+	c.peers[key] = p
+	return p, nil
 }
 
 // DefaultPeerDownHorizon is GRPCCaller.PeerDownHorizon's default.
@@ -170,41 +188,43 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
 
 // call makes one call to the agent's service.
 func (c *GRPCCaller) call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*grpc.ClientConn, *operatorv1.OperatorOutput, error) {
+	kind, addr, cfg := "operator", agent.Operator, c.operator
+	method, req, reply := operatorv1.OperatorService_Execute_FullMethodName, any(&operatorv1.ExecuteRequest{Input: in}), any(&operatorv1.ExecuteResponse{})
 	if agent.Environment != "" {
-		cc, err := c.conn(c.environment, "environment", agent.Environment)
-		if err != nil {
-			return nil, nil, err
-		}
 		spec := agent.Spec
 		if spec == nil {
 			spec = &environmentv1.EnvironmentSpec{}
 		}
-		resp, err := environmentv1.NewEnvironmentServiceClient(cc).Run(ctx, &environmentv1.RunRequest{Input: in, Spec: spec})
-		if err != nil {
-			return cc, nil, errs.FromGRPC(err)
-		}
-		return cc, resp.GetOutput(), nil
+		kind, addr, cfg = "environment", agent.Environment, c.environment
+		method, req, reply = environmentv1.EnvironmentService_Run_FullMethodName, &environmentv1.RunRequest{Input: in, Spec: spec}, &environmentv1.RunResponse{}
 	}
-	cc, err := c.conn(c.operator, "operator", agent.Operator)
+	p, err := c.conn(cfg, kind, addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := operatorv1.NewOperatorServiceClient(cc).Execute(ctx, &operatorv1.ExecuteRequest{Input: in})
-	if err != nil {
-		return cc, nil, errs.FromGRPC(err)
+	// The connection's default deadline covers its unary calls only; the
+	// chain and the stream get the same.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
 	}
-	if resp.GetOutput() == nil {
-		return cc, nil, fmt.Errorf("operator %s returned no output: %w", agent.Operator, errs.Internal)
+	if err := c.boundary(ctx, method, req, reply, p.cc, p.stream.Invoker(dispatch.Progress(ProgressFrom(ctx)))); err != nil {
+		return p.cc, nil, errs.FromGRPC(err)
 	}
-	return cc, resp.GetOutput(), nil
+	out, _ := dispatch.Output(reply)
+	if out == nil {
+		return p.cc, nil, fmt.Errorf("%s %s returned no output: %w", kind, addr, errs.Internal)
+	}
+	return p.cc, out, nil
 }
 
 // Close closes every connection.
 func (c *GRPCCaller) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, cc := range c.conns {
-		_ = cc.Close()
-		delete(c.conns, k)
+	for k, p := range c.peers {
+		_ = p.cc.Close()
+		delete(c.peers, k)
 	}
 }

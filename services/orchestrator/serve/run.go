@@ -324,7 +324,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	// The dispatch boundary (pkg/middleware/dispatch), outermost first:
-	// audit, budget, the embedder's, the remote middleware.
+	// audit, budget, the embedder's, the remote middleware. The caller
+	// runs it around every dispatch, streamed or unary alike.
 	chain := []grpc.UnaryClientInterceptor{dispatch.AuditInterceptor(log), dispatch.BudgetInterceptor()}
 	chain = append(chain, cfg.DispatchInterceptors...)
 	m, closeMW, err := remote.Dial(ctx, cfg.Middleware, log)
