@@ -4,7 +4,10 @@
 //	neuron up [flags]                    start state, operator, environment and orchestrator
 //	neuron run AGENT TASK... [flags]     dispatch an agent and stream its progress
 //	neuron agents apply|diff|list|get|delete  define, change and remove agents
-//	neuron workflows list|show|signal|cancel
+//	neuron chat AGENT [--session S]      an interactive conversation
+//	neuron workflows list|show|watch|signal|cancel
+//	neuron approvals list                tool calls waiting for approval
+//	neuron approve WORKFLOW [flags]      approve or reject them
 //	neuron state get|put|delete|list|search
 //	neuron events [flags]                tail lifecycle events
 //
@@ -28,6 +31,7 @@
 //	1     error (a service failed to start or died, a file could not be written, ...)
 //	2     usage error (bad flags or arguments)
 //	3     the workflow ended without completing (its exit kind is not COMPLETE)
+//	4     the workflow waits for approval of tool calls (neuron approve)
 //	10+N  the service answered with gRPC status code N, e.g. 15 NOT_FOUND, 24 UNAVAILABLE
 //
 // (the same scheme as the operator's --one-shot mode).

@@ -18,6 +18,9 @@ const (
 	exitFailure      = 1
 	exitUsage        = 2
 	exitNotCompleted = 3
+	// exitAwaitingApproval: the workflow waits for a person to approve
+	// or reject tool calls (neuron approve).
+	exitAwaitingApproval = 4
 	// exitStatusBase plus a gRPC code is the exit code for a status
 	// error, as in the operator's one-shot mode.
 	exitStatusBase = 10

@@ -21,7 +21,7 @@ func newFlagSet(name, synopsis, description string, w io.Writer) *flag.FlagSet {
 			fmt.Fprintf(w, "\nFlags:\n")
 			fs.PrintDefaults()
 		}
-		fmt.Fprintf(w, "\nExit codes: 0 ok, 1 error, 2 usage, 3 workflow not completed, 10+N gRPC status code N (see 'neuron help').\n")
+		fmt.Fprintf(w, "\nExit codes: 0 ok, 1 error, 2 usage, 3 workflow not completed, 4 waiting for approval, 10+N gRPC status code N (see 'neuron help').\n")
 	}
 	return fs
 }

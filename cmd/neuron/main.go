@@ -10,7 +10,19 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(realMain(os.Args[1:]))
+}
+
+// realMain runs neuron with args on the process's streams and signals and
+// returns the exit code.
+func realMain(args []string) int {
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if len(args) > 0 && args[0] == "chat" {
+		// Ctrl-C in a chat cancels the current run, not the chat.
+		sigs = sigs[1:]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	defer stop()
 	c := &cli{
 		stdin:    os.Stdin,
 		stdout:   os.Stdout,
@@ -18,9 +30,7 @@ func main() {
 		getenv:   os.Getenv,
 		terminal: isTerminal(os.Stdout),
 	}
-	code := c.main(ctx, os.Args[1:])
-	stop()
-	os.Exit(code)
+	return c.main(ctx, args)
 }
 
 // cli is one invocation of neuron: its standard streams and environment.
@@ -32,6 +42,9 @@ type cli struct {
 	// terminal is true when stdout is a terminal: run draws a live
 	// progress line instead of plain lines.
 	terminal bool
+	// interrupts, when set, delivers Ctrl-C to chat (tests); nil: chat
+	// subscribes to SIGINT.
+	interrupts <-chan os.Signal
 }
 
 // usage is the top-level help, with the exit codes.
@@ -39,9 +52,12 @@ const usage = `neuron: the command line of the layer0 agent services
 
 Usage:
   neuron up [flags]                       start the four services locally (dev mode) and keep them up
-  neuron run AGENT TASK... [flags]        dispatch AGENT with TASK through the orchestrator, streaming progress
+  neuron run AGENT TASK... [flags]        dispatch AGENT with TASK through the orchestrator, streaming its answer
+  neuron chat AGENT [--session S]         talk with AGENT: streamed answers, approvals inline, /history /cost /quit
   neuron agents apply|diff|list|get|delete  define, change and remove agents
-  neuron workflows list|show|signal|cancel
+  neuron workflows list|show|watch|signal|cancel
+  neuron approvals list [--workflow ID]   tool calls waiting for a person's approval
+  neuron approve WORKFLOW [--call ID]... [--reject] [--reason R] [--edit JSON]
   neuron state get|put|delete|list|search  read and write the State service
   neuron events [flags]                   tail lifecycle events (budget, compaction, observability)
   neuron help [COMMAND]
@@ -55,7 +71,8 @@ Exit codes:
   0      success
   1      error (a service failed to start or died; a file could not be written)
   2      usage error (bad flags or arguments)
-  3      the workflow ended without completing (exit kind not COMPLETE, or suspended)
+  3      the workflow ended without completing (exit kind not COMPLETE, failed or canceled)
+  4      the workflow waits for approval of tool calls (neuron approve decides them)
   10+N   the service answered with gRPC status code N, e.g. 15 NOT_FOUND (5),
          24 UNAVAILABLE (14: is 'neuron up' running?), 11 CANCELED (Ctrl-C)
 `
@@ -77,6 +94,12 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		err = c.cmdAgents(ctx, rest)
 	case "workflows", "workflow", "wf":
 		err = c.cmdWorkflows(ctx, rest)
+	case "approvals", "approval":
+		err = c.cmdApprovals(ctx, rest)
+	case "approve":
+		err = c.cmdApprove(ctx, rest)
+	case "chat":
+		err = c.cmdChat(ctx, rest)
 	case "state":
 		err = c.cmdState(ctx, rest)
 	case "events":

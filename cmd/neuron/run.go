@@ -25,17 +25,26 @@ import (
 
 const runHelp = `Dispatch AGENT (an id from the orchestrator's agent registry) with TASK
 through the orchestrator and wait for the answer. While it runs, the
-workflow's lifecycle events are streamed: each operator call with its exit,
-effects and cost, each effect applied (memory writes, delegations), budget
-events. Then the answer, the model, the tool calls, the total cost and what
-happened to every effect.
+model's text is printed as it arrives, each tool call as one line
+(→ tool(input), ← result (n bytes)), delegated agents' indented, and the
+workflow's durable events: each operator call with its exit, effects and
+cost, each effect applied (memory writes, delegations), budget events,
+approvals. Then the answer, the model, the tool calls, the total cost and
+what happened to every effect. A broken watch stream is reconnected
+without showing anything twice.
 
-On a terminal the progress is a live status line; piped, plain lines; with
---json one protojson object per line: {"event": LifecycleEvent} while it
-runs, then {"result": DispatchResponse} or {"error": {...}}.
+When the workflow stops to ask a person before a tool runs, run prints
+the pending calls with the 'neuron approve' command that decides them and
+exits 4; with --wait-approval it waits for the decision and goes on.
+
+--no-stream shows the lifecycle events only (a live status line on a
+terminal), as before the orchestrator streamed. With --json one protojson
+object per line: {"event": LifecycleEvent} and {"progress": StepProgress}
+while it runs, {"approvals": [PendingApproval]} when it waits, then
+{"result": DispatchResponse} or {"error": {...}}.
 
 Exit codes: 0 completed, 3 the workflow ended without completing (e.g. it
-hit max_turns), 10+N a gRPC status code N (15 NOT_FOUND: unknown agent;
+hit max_turns), 4 it waits for approval, 10+N a gRPC status code N (15 NOT_FOUND: unknown agent;
 24 UNAVAILABLE: is 'neuron up' running?; 18 RESOURCE_EXHAUSTED: budget spent).`
 
 // drainWait bounds how long run waits, after Dispatch has returned, for
@@ -51,6 +60,10 @@ type runFlags struct {
 	budget   string
 	metadata string
 	quiet    bool
+	// noStream follows the lifecycle events instead of WatchWorkflow
+	// (no text as it arrives); waitApproval keeps a run that waits for
+	// approval going until it is decided and ends.
+	noStream, waitApproval bool
 }
 
 // cmdRun is `neuron run`: one dispatch with its progress.
@@ -63,6 +76,8 @@ func (c *cli) cmdRun(ctx context.Context, args []string) error {
 	fs.StringVar(&f.budget, "budget", "", "workflow budget in USD across every agent it runs, e.g. 0.50 (default: the agent's)")
 	fs.StringVar(&f.metadata, "metadata", "", `JSON object passed in the input's metadata, e.g. '{"scripted": {"turns": [{"text": "hi"}]}}' for the scripted model`)
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the answer")
+	fs.BoolVar(&f.noStream, "no-stream", false, "do not stream the answer's text and tool calls: show the lifecycle events only, as before WatchWorkflow")
+	fs.BoolVar(&f.waitApproval, "wait-approval", false, "when the workflow waits for approval, wait for the decision (neuron approve, from another terminal) and go on to its end instead of exiting 4")
 	pos, err := parseArgs(fs, "run", args)
 	if err != nil {
 		return err
@@ -91,6 +106,15 @@ func (c *cli) cmdRun(ctx context.Context, args []string) error {
 	f.conn.hints = map[codes.Code]string{
 		codes.NotFound:          "`neuron agents list` shows the agents there are; define one with `neuron agents apply -f FILE`",
 		codes.ResourceExhausted: "the workflow budget is spent; pass a larger --budget",
+	}
+	if !f.noStream {
+		streamed, err := c.runStream(ctx, cc, req, &f)
+		if streamed {
+			return err
+		}
+		if err != nil {
+			return f.conn.wrap(err)
+		}
 	}
 	resp, err := dispatch(ctx, cc, req, p)
 	if err != nil {

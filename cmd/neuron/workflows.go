@@ -22,6 +22,10 @@ const workflowsHelp = `Inspect and steer the orchestrator's durable workflows.
 
   list                      newest first (--status, --limit)
   show ID                   the record, its last output and every step
+                            (--transcript: each step's input, tool calls with
+                            their inputs and results, and output)
+  watch ID                  follow it as it runs: text as it arrives, tool
+                            calls, events, until it ends (--after N)
   signal ID TYPE [JSON]     deliver a signal (JSON: its data); --key makes a retry safe
   cancel ID                 stop it and its in-flight operator call (--reason)
 
@@ -30,11 +34,11 @@ Unknown workflows are NOT_FOUND (exit 15).`
 // cmdWorkflows is `neuron workflows`: list, show, signal, cancel.
 func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: neuron workflows list|show|signal|cancel [flags]\n\n%s\n", workflowsHelp)
+		fmt.Fprintf(c.stderr, "Usage: neuron workflows list|show|watch|signal|cancel [flags]\n\n%s\n", workflowsHelp)
 		return &exitError{code: exitUsage}
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(c.stdout, "Usage: neuron workflows list|show|signal|cancel [flags]\n\n%s\n", workflowsHelp)
+		fmt.Fprintf(c.stdout, "Usage: neuron workflows list|show|watch|signal|cancel [flags]\n\n%s\n", workflowsHelp)
 		return nil
 	}
 	sub, args := args[0], args[1:]
@@ -43,23 +47,38 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 		cn                conn
 		status, reason, k string
 		limit             int
+		transcript        bool
+		after             uint64
+		noEvents          bool
 	)
 	var synopsis string
 	switch sub {
 	case "list", "ls":
 		synopsis = "neuron workflows list [--status S] [--limit N] [flags]"
 	case "show", "get":
-		synopsis = "neuron workflows show ID [flags]"
+		synopsis = "neuron workflows show ID [--transcript] [flags]"
+	case "watch":
+		synopsis = "neuron workflows watch ID [--after N] [flags]"
 	case "signal":
 		synopsis = "neuron workflows signal ID TYPE [JSON] [--key K] [flags]"
 	case "cancel":
 		synopsis = "neuron workflows cancel ID [--reason R] [flags]"
 	default:
-		return usageErrorf("workflows", "unknown subcommand %q: want list, show, signal or cancel", sub)
+		return usageErrorf("workflows", "unknown subcommand %q: want list, show, watch, signal or cancel", sub)
 	}
-	fs := newFlagSet(name, synopsis, workflowsHelp, c.stdout)
-	cn.bind(fs, c, "orchestrator", "NEURON_ORCHESTRATOR_ADDR", defaultOrchestratorAddr, 30*time.Second)
+	help := workflowsHelp
+	timeout := 30 * time.Second
+	if sub == "watch" {
+		help, timeout = watchHelp, 0
+	}
+	fs := newFlagSet(name, synopsis, help, c.stdout)
+	cn.bind(fs, c, "orchestrator", "NEURON_ORCHESTRATOR_ADDR", defaultOrchestratorAddr, timeout)
 	switch sub {
+	case "show", "get":
+		fs.BoolVar(&transcript, "transcript", false, "also print the transcript: every step's input, tool calls (inputs and results) and output, delegated agents' included (--json: one TranscriptStep per line)")
+	case "watch":
+		fs.Uint64Var(&after, "after", 0, "show only the events after this workflow sequence (0: all of them)")
+		fs.BoolVar(&noEvents, "no-events", false, "leave out the durable event lines: the text and tool calls only")
 	case "list", "ls":
 		fs.StringVar(&status, "status", "", "only workflows in this status: running, suspended, completed, failed or canceled")
 		fs.IntVar(&limit, "limit", 20, "show at most this many (0: all)")
@@ -72,7 +91,7 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	want := map[string][2]int{"list": {0, 0}, "ls": {0, 0}, "show": {1, 1}, "get": {1, 1}, "signal": {2, 3}, "cancel": {1, 1}}[sub]
+	want := map[string][2]int{"list": {0, 0}, "ls": {0, 0}, "show": {1, 1}, "get": {1, 1}, "watch": {1, 1}, "signal": {2, 3}, "cancel": {1, 1}}[sub]
 	if len(pos) < want[0] || len(pos) > want[1] {
 		return usageErrorf(name, "wrong number of arguments: %s", synopsis)
 	}
@@ -87,7 +106,17 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 	case "list", "ls":
 		return c.listWorkflows(ctx, client, &cn, status, limit)
 	case "show", "get":
+		if transcript {
+			return c.showTranscript(ctx, client, &cn, pos[0])
+		}
 		return c.showWorkflow(ctx, client, &cn, pos[0])
+	case "watch":
+		if cn.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cn.timeout)
+			defer cancel()
+		}
+		return c.watchWorkflow(ctx, client, &cn, pos[0], after, !noEvents)
 	case "signal":
 		payload := &typesv1.SignalPayload{SignalType: pos[1]}
 		if len(pos) == 3 {
