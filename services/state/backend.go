@@ -40,6 +40,10 @@ type Backend interface {
 	// prefix, in byte order, after the position in pageToken ("" for the
 	// first page).
 	List(ctx context.Context, s *typesv1.Scope, prefix, pageToken string, pageSize int) (ListPage, error)
+	// Scan is List with the options of ListQuery: each key's value read
+	// in the same snapshot as its revision, and descending order. List is
+	// Scan with neither.
+	Scan(ctx context.Context, s *typesv1.Scope, q ListQuery) (ListPage, error)
 	// Search returns up to limit (1..MaxSearchLimit) keys of the scope
 	// ranked by full-text relevance of their values to query, best first.
 	// Keys whose current value was written with Guard.Unindexed are never
@@ -92,10 +96,35 @@ type DeleteResult struct {
 	Replayed bool
 }
 
+// ListQuery is what Scan lists.
+type ListQuery struct {
+	// Prefix selects the keys that start with it; "" selects every key.
+	Prefix string
+	// PageToken is the NextPageToken of the previous page, "" for the
+	// first. A token continues only a listing of the same scope, prefix
+	// and direction.
+	PageToken string
+	// PageSize is the most items of a page (1..MaxPageSize).
+	PageSize int
+	// Values returns each item's value (ListItem.Value). A page with
+	// values also ends once its keys and values would exceed
+	// MaxPageValueBytes, though it always holds at least one item.
+	Values bool
+	// Reverse lists in descending byte order of the key.
+	Reverse bool
+}
+
+// MaxPageValueBytes bounds a page of Scan with values: its keys and
+// encoded values total at most this, unless one item alone is larger
+// (ListRequest.include_values).
+const MaxPageValueBytes = 2 << 20
+
 // ListItem is one key of a List page.
 type ListItem struct {
 	Key      string
 	Revision uint64
+	// Value is the key's value, when ListQuery.Values; nil otherwise.
+	Value *structpb.Value
 }
 
 // ListPage is one page of List.

@@ -353,7 +353,12 @@ func pruneChanges(tx *bolt.Tx, durable uint64) error {
 
 // List implements Backend.
 func (b *Bolt) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken string, pageSize int) (ListPage, error) {
-	enc, after, hasAfter, err := b.listStart(ctx, s, prefix, pageToken, pageSize)
+	return b.Scan(ctx, s, ListQuery{Prefix: prefix, PageToken: pageToken, PageSize: pageSize})
+}
+
+// Scan implements Backend. The page comes from one read transaction.
+func (b *Bolt) Scan(ctx context.Context, s *typesv1.Scope, q ListQuery) (ListPage, error) {
+	enc, after, hasAfter, err := b.listStart(ctx, s, q)
 	if err != nil {
 		return ListPage{}, err
 	}
@@ -362,30 +367,54 @@ func (b *Bolt) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken str
 		return ListPage{}, err
 	}
 	defer end()
-	full := append(bytes.Clone(enc), prefix...)
-	start := full
-	if hasAfter {
-		start = append(bytes.Clone(enc), after...)
-	}
-	var items []ListItem
+	full := append(bytes.Clone(enc), q.Prefix...)
+	p := &pager{q: q}
 	err = b.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketKV).Cursor()
-		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, full) && len(items) <= pageSize; k, v = c.Next() {
-			if hasAfter && bytes.Equal(k, start) {
-				continue
+		var k, v []byte
+		next := c.Next
+		switch {
+		case !q.Reverse && hasAfter:
+			start := append(bytes.Clone(enc), after...)
+			if k, v = c.Seek(start); bytes.Equal(k, start) {
+				k, v = c.Next()
 			}
-			rev, _, _, err := decodeRecord(v)
+		case !q.Reverse:
+			k, v = c.Seek(full)
+		default:
+			next = c.Prev
+			// The first key at or past the end of the range, then the
+			// one before it.
+			var bound []byte
+			if hasAfter {
+				bound = append(bytes.Clone(enc), after...)
+			} else {
+				bound = prefixEnd(full)
+			}
+			if bound == nil {
+				k, v = c.Last()
+			} else if k, _ = c.Seek(bound); k == nil {
+				k, v = c.Last()
+			} else {
+				k, v = c.Prev()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, full); k, v = next() {
+			rev, _, raw, err := decodeRecord(v)
 			if err != nil {
 				return err
 			}
-			items = append(items, ListItem{Key: string(k[len(enc):]), Revision: rev})
+			ok, err := p.add(string(k[len(enc):]), rev, raw)
+			if err != nil || !ok {
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return ListPage{}, err
 	}
-	return b.finishPage(enc, prefix, items, pageSize), nil
+	return b.finishPage(enc, p), nil
 }
 
 // Search implements Backend. It first catches the index up with every

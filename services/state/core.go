@@ -92,34 +92,81 @@ func (c *core) prepareDelete(ctx context.Context, s *typesv1.Scope, key string, 
 }
 
 // listStart validates a List request and returns the encoded scope and
-// the key the page starts strictly after ("" and false for the first
-// page).
-func (c *core) listStart(ctx context.Context, s *typesv1.Scope, prefix, token string, pageSize int) (enc []byte, after string, hasAfter bool, err error) {
+// the key the page starts strictly after (or, reversed, strictly before;
+// "" and false for the first page).
+func (c *core) listStart(ctx context.Context, s *typesv1.Scope, q ListQuery) (enc []byte, after string, hasAfter bool, err error) {
 	enc, err = c.scopeOnly(ctx, s)
 	if err != nil {
 		return nil, "", false, err
 	}
-	if err := checkPageSize(pageSize); err != nil {
+	if err := checkPageSize(q.PageSize); err != nil {
 		return nil, "", false, err
 	}
-	if token == "" {
+	if q.PageToken == "" {
 		return enc, "", false, nil
 	}
-	after, err = c.tokens.open(token, enc, prefix)
+	after, err = c.tokens.open(q.PageToken, enc, q.Prefix, q.Reverse)
 	if err != nil {
 		return nil, "", false, err
 	}
 	return enc, after, true, nil
 }
 
-// finishPage trims items fetched with one extra look-ahead item to
-// pageSize and issues the next token.
-func (c *core) finishPage(enc []byte, prefix string, items []ListItem, pageSize int) ListPage {
-	if len(items) <= pageSize {
-		return ListPage{Items: items}
+// pager collects the items of a page in listing order.
+type pager struct {
+	q     ListQuery
+	items []ListItem
+	bytes int  // keys and values so far (q.Values)
+	more  bool // an item follows the page
+}
+
+// add appends the next item; raw is its stored value (read only when
+// q.Values). False: the page is full and the listing stops here (the
+// item offered is the next page's).
+func (p *pager) add(key string, rev uint64, raw []byte) (bool, error) {
+	if len(p.items) == p.q.PageSize {
+		p.more = true
+		return false, nil
 	}
-	items = items[:pageSize]
-	return ListPage{Items: items, NextPageToken: c.tokens.issue(enc, prefix, items[len(items)-1].Key)}
+	it := ListItem{Key: key, Revision: rev}
+	if p.q.Values {
+		n := len(key) + len(raw)
+		if len(p.items) > 0 && p.bytes+n > MaxPageValueBytes {
+			p.more = true
+			return false, nil
+		}
+		p.bytes += n
+		v, err := unmarshalValue(raw)
+		if err != nil {
+			return false, err
+		}
+		it.Value = v
+	}
+	p.items = append(p.items, it)
+	return true, nil
+}
+
+// finishPage returns the page p collected, with the token of the next
+// when an item follows.
+func (c *core) finishPage(enc []byte, p *pager) ListPage {
+	if !p.more {
+		return ListPage{Items: p.items}
+	}
+	last := p.items[len(p.items)-1].Key
+	return ListPage{Items: p.items, NextPageToken: c.tokens.issue(enc, p.q.Prefix, last, p.q.Reverse)}
+}
+
+// prefixEnd returns the smallest byte string greater than every string
+// with prefix, or nil when there is none (an empty or all-0xff prefix).
+func prefixEnd(prefix []byte) []byte {
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] < 0xff {
+			end := bytes.Clone(prefix[:i+1])
+			end[i]++
+			return end
+		}
+	}
+	return nil
 }
 
 func notFound(s *typesv1.Scope, key string) error {

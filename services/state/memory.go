@@ -142,7 +142,12 @@ func (m *Memory) pruneIdem(now time.Time) {
 
 // List implements Backend.
 func (m *Memory) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken string, pageSize int) (ListPage, error) {
-	enc, after, hasAfter, err := m.listStart(ctx, s, prefix, pageToken, pageSize)
+	return m.Scan(ctx, s, ListQuery{Prefix: prefix, PageToken: pageToken, PageSize: pageSize})
+}
+
+// Scan implements Backend.
+func (m *Memory) Scan(ctx context.Context, s *typesv1.Scope, q ListQuery) (ListPage, error) {
+	enc, after, hasAfter, err := m.listStart(ctx, s, q)
 	if err != nil {
 		return ListPage{}, err
 	}
@@ -151,24 +156,42 @@ func (m *Memory) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken s
 	if m.closed {
 		return ListPage{}, errClosed
 	}
-	full := string(enc) + prefix
-	start := full
-	if hasAfter {
-		start = string(enc) + after
+	full := string(enc) + q.Prefix
+	// i is the first key of the page (it may lack the prefix: then the
+	// page is empty); step the direction.
+	var i, step int
+	switch {
+	case !q.Reverse && hasAfter:
+		i, _ = slices.BinarySearch(m.keys, string(enc)+after)
+		if i < len(m.keys) && m.keys[i] == string(enc)+after {
+			i++
+		}
+		step = 1
+	case !q.Reverse:
+		i, _ = slices.BinarySearch(m.keys, full)
+		step = 1
+	case hasAfter:
+		i, _ = slices.BinarySearch(m.keys, string(enc)+after)
+		i, step = i-1, -1
+	default:
+		i = len(m.keys)
+		if end := prefixEnd([]byte(full)); end != nil {
+			i, _ = slices.BinarySearch(m.keys, string(end))
+		}
+		i, step = i-1, -1
 	}
-	i, _ := slices.BinarySearch(m.keys, start)
-	var items []ListItem
-	for ; i < len(m.keys) && len(items) <= pageSize; i++ {
-		ck := m.keys[i]
-		if !strings.HasPrefix(ck, full) {
+	p := &pager{q: q}
+	for ; i >= 0 && i < len(m.keys) && strings.HasPrefix(m.keys[i], full); i += step {
+		d := m.docs[m.keys[i]]
+		ok, err := p.add(m.keys[i][len(enc):], d.rev, d.raw)
+		if err != nil {
+			return ListPage{}, err
+		}
+		if !ok {
 			break
 		}
-		if hasAfter && ck == start {
-			continue
-		}
-		items = append(items, ListItem{Key: ck[len(enc):], Revision: m.docs[ck].rev})
 	}
-	return m.finishPage(enc, prefix, items, pageSize), nil
+	return m.finishPage(enc, p), nil
 }
 
 // BM25 parameters, as bleve uses them.

@@ -247,44 +247,76 @@ func (p *Postgres) prune(ctx context.Context, now time.Time) {
 
 // List implements Backend.
 func (p *Postgres) List(ctx context.Context, s *typesv1.Scope, prefix, pageToken string, pageSize int) (ListPage, error) {
-	enc, after, hasAfter, err := p.listStart(ctx, s, prefix, pageToken, pageSize)
+	return p.Scan(ctx, s, ListQuery{Prefix: prefix, PageToken: pageToken, PageSize: pageSize})
+}
+
+// Scan implements Backend. The page comes from one statement.
+func (p *Postgres) Scan(ctx context.Context, s *typesv1.Scope, q ListQuery) (ListPage, error) {
+	enc, after, hasAfter, err := p.listStart(ctx, s, q)
 	if err != nil {
 		return ListPage{}, err
 	}
 	if p.closed.Load() {
 		return ListPage{}, errClosed
 	}
-	// The page starts at the prefix, or strictly after the token's key
-	// (which has the prefix), and ends before the first key that sorts
-	// after every key with the prefix.
-	q := `SELECT key, revision FROM state_items WHERE scope = $1 AND key >= $2`
-	args := []any{enc, []byte(prefix)}
-	if hasAfter {
-		q = `SELECT key, revision FROM state_items WHERE scope = $1 AND key > $2`
-		args[1] = []byte(after)
+	// The page starts at the prefix (reversed: at its end), or strictly
+	// after (reversed: before) the token's key, which has the prefix, and
+	// stays within the keys with the prefix.
+	cols := `key, revision`
+	if q.Values {
+		cols += `, value`
 	}
-	if end := pgPrefixEnd([]byte(prefix)); end != nil {
-		q += ` AND key < $3`
+	sql := `SELECT ` + cols + ` FROM state_items WHERE scope = $1 AND key >= $2`
+	args := []any{enc, []byte(q.Prefix)}
+	end := pgPrefixEnd([]byte(q.Prefix))
+	switch {
+	case !q.Reverse && hasAfter:
+		sql = `SELECT ` + cols + ` FROM state_items WHERE scope = $1 AND key > $2`
+		args[1] = []byte(after)
+	case hasAfter:
+		end = []byte(after)
+	}
+	if end != nil {
+		sql += ` AND key < $3`
 		args = append(args, end)
 	}
-	q += fmt.Sprintf(` ORDER BY key LIMIT %d`, pageSize+1)
-	rows, err := p.pool.Query(ctx, q, args...)
+	order := `key`
+	if q.Reverse {
+		order = `key DESC`
+	}
+	sql += fmt.Sprintf(` ORDER BY %s LIMIT %d`, order, q.PageSize+1)
+	rows, err := p.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return ListPage{}, p.dbError(ctx, "list", err)
 	}
+	defer rows.Close()
 	var (
-		items []ListItem
-		key   []byte
-		rev   int64
+		pg  = &pager{q: q}
+		key []byte
+		rev int64
+		raw []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &rev}, func() error {
-		items = append(items, ListItem{Key: string(key), Revision: uint64(rev)})
-		return nil
-	})
-	if err != nil {
+	dest := []any{&key, &rev}
+	if q.Values {
+		dest = append(dest, &raw)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return ListPage{}, p.dbError(ctx, "list", err)
+		}
+		ok, err := pg.add(string(key), uint64(rev), raw)
+		if err != nil {
+			return ListPage{}, err
+		}
+		if !ok {
+			break
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return ListPage{}, p.dbError(ctx, "list", err)
 	}
-	return p.finishPage(enc, prefix, items, pageSize), nil
+	return p.finishPage(enc, pg), nil
 }
 
 // Search implements Backend.

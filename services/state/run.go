@@ -182,7 +182,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer backend.Close()
 	}
 
-	statev1.RegisterStateServiceServer(srv, NewServer(backend))
+	handler := NewServer(backend)
+	// A store middleware sees the values read on Read only (store.CallOf):
+	// List then returns no values, and callers read each key.
+	handler.valuesByRead = cfg.Middleware != nil
+	statev1.RegisterStateServiceServer(srv, handler)
 	lis := cfg.Listener
 	if lis == nil {
 		if lis, err = srv.Listen(); err != nil {

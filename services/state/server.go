@@ -22,6 +22,9 @@ const (
 type Server struct {
 	statev1.UnimplementedStateServiceServer
 	b Backend
+	// valuesByRead makes List ignore include_values: set when a store
+	// middleware must see each value read, which it does on Read only.
+	valuesByRead bool
 }
 
 // NewServer returns a Server that stores in b.
@@ -69,13 +72,19 @@ func (s *Server) List(ctx context.Context, req *statev1.ListRequest) (*statev1.L
 	if size == 0 {
 		size = DefaultPageSize
 	}
-	page, err := s.b.List(ctx, req.GetScope(), req.GetPrefix(), req.GetPageToken(), size)
+	page, err := s.b.Scan(ctx, req.GetScope(), ListQuery{
+		Prefix:    req.GetPrefix(),
+		PageToken: req.GetPageToken(),
+		PageSize:  size,
+		Values:    req.GetIncludeValues() && !s.valuesByRead,
+		Reverse:   req.GetReverse(),
+	})
 	if err != nil {
 		return nil, err
 	}
 	resp := &statev1.ListResponse{NextPageToken: page.NextPageToken, Items: make([]*statev1.ListItem, len(page.Items))}
 	for i, it := range page.Items {
-		resp.Items[i] = &statev1.ListItem{Key: it.Key, Revision: it.Revision}
+		resp.Items[i] = &statev1.ListItem{Key: it.Key, Revision: it.Revision, Value: it.Value}
 	}
 	return resp, nil
 }

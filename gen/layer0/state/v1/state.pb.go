@@ -431,7 +431,22 @@ type ListRequest struct {
 	// At most this many keys per page; 0 means the server's default (100).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page; empty for the first.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Return each key's value too (ListItem.value), read in the same
+	// snapshot as its revision. A page with values also ends once its keys
+	// and values total 2 MiB (protobuf-encoded), though it always holds at
+	// least one item, so it can hold fewer than page_size items before the
+	// last page: follow next_page_token. A server that predates this field,
+	// or one that must show every value read to a policy one Read at a time
+	// (a state server with a store middleware), leaves value unset on every
+	// item; the caller then reads the keys with Read.
+	IncludeValues bool `protobuf:"varint,5,opt,name=include_values,json=includeValues,proto3" json:"include_values,omitempty"`
+	// List in descending byte order of the key (the newest of sortable
+	// keys first): page_size 10 with reverse gives the last 10 keys. A
+	// next_page_token continues the listing in the direction it was issued
+	// for only. A server that predates this field lists in ascending order
+	// (and leaves values unset: check include_values' answer, or the order).
+	Reverse       bool `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -494,13 +509,30 @@ func (x *ListRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRequest) GetIncludeValues() bool {
+	if x != nil {
+		return x.IncludeValues
+	}
+	return false
+}
+
+func (x *ListRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
 // ListItem is one key in a List page.
 type ListItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Its current revision.
-	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Its current value, when the request set include_values (and the
+	// server returns values); unset otherwise.
+	Value         *structpb.Value `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +579,13 @@ func (x *ListItem) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ListItem) GetValue() *structpb.Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 // ListResponse is one page of keys.
@@ -817,17 +856,20 @@ const file_layer0_state_v1_state_proto_rawDesc = "" +
 	"\x12_expected_revision\"F\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
 	"\aexisted\x18\x01 \x01(\bR\aexisted\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xa3\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xe4\x01\n" +
 	"\vListRequest\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12'\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"8\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12%\n" +
+	"\x0einclude_values\x18\x05 \x01(\bR\rincludeValues\x12\x18\n" +
+	"\areverse\x18\x06 \x01(\bR\areverse\"f\n" +
 	"\bListItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"g\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12,\n" +
+	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05value\"g\n" +
 	"\fListResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.layer0.state.v1.ListItemR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x01\n" +
@@ -889,24 +931,25 @@ var file_layer0_state_v1_state_proto_depIdxs = []int32{
 	13, // 3: layer0.state.v1.WriteRequest.value:type_name -> google.protobuf.Value
 	12, // 4: layer0.state.v1.DeleteRequest.scope:type_name -> layer0.types.v1.Scope
 	12, // 5: layer0.state.v1.ListRequest.scope:type_name -> layer0.types.v1.Scope
-	7,  // 6: layer0.state.v1.ListResponse.items:type_name -> layer0.state.v1.ListItem
-	12, // 7: layer0.state.v1.SearchRequest.scope:type_name -> layer0.types.v1.Scope
-	10, // 8: layer0.state.v1.SearchResponse.results:type_name -> layer0.state.v1.SearchResult
-	0,  // 9: layer0.state.v1.StateService.Read:input_type -> layer0.state.v1.ReadRequest
-	2,  // 10: layer0.state.v1.StateService.Write:input_type -> layer0.state.v1.WriteRequest
-	4,  // 11: layer0.state.v1.StateService.Delete:input_type -> layer0.state.v1.DeleteRequest
-	6,  // 12: layer0.state.v1.StateService.List:input_type -> layer0.state.v1.ListRequest
-	9,  // 13: layer0.state.v1.StateService.Search:input_type -> layer0.state.v1.SearchRequest
-	1,  // 14: layer0.state.v1.StateService.Read:output_type -> layer0.state.v1.ReadResponse
-	3,  // 15: layer0.state.v1.StateService.Write:output_type -> layer0.state.v1.WriteResponse
-	5,  // 16: layer0.state.v1.StateService.Delete:output_type -> layer0.state.v1.DeleteResponse
-	8,  // 17: layer0.state.v1.StateService.List:output_type -> layer0.state.v1.ListResponse
-	11, // 18: layer0.state.v1.StateService.Search:output_type -> layer0.state.v1.SearchResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 6: layer0.state.v1.ListItem.value:type_name -> google.protobuf.Value
+	7,  // 7: layer0.state.v1.ListResponse.items:type_name -> layer0.state.v1.ListItem
+	12, // 8: layer0.state.v1.SearchRequest.scope:type_name -> layer0.types.v1.Scope
+	10, // 9: layer0.state.v1.SearchResponse.results:type_name -> layer0.state.v1.SearchResult
+	0,  // 10: layer0.state.v1.StateService.Read:input_type -> layer0.state.v1.ReadRequest
+	2,  // 11: layer0.state.v1.StateService.Write:input_type -> layer0.state.v1.WriteRequest
+	4,  // 12: layer0.state.v1.StateService.Delete:input_type -> layer0.state.v1.DeleteRequest
+	6,  // 13: layer0.state.v1.StateService.List:input_type -> layer0.state.v1.ListRequest
+	9,  // 14: layer0.state.v1.StateService.Search:input_type -> layer0.state.v1.SearchRequest
+	1,  // 15: layer0.state.v1.StateService.Read:output_type -> layer0.state.v1.ReadResponse
+	3,  // 16: layer0.state.v1.StateService.Write:output_type -> layer0.state.v1.WriteResponse
+	5,  // 17: layer0.state.v1.StateService.Delete:output_type -> layer0.state.v1.DeleteResponse
+	8,  // 18: layer0.state.v1.StateService.List:output_type -> layer0.state.v1.ListResponse
+	11, // 19: layer0.state.v1.StateService.Search:output_type -> layer0.state.v1.SearchResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_layer0_state_v1_state_proto_init() }

@@ -64,9 +64,12 @@ type StateServiceClient interface {
 	// a read-only credential.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// List returns keys with a prefix in one scope, in byte order of the
-	// key, one page at a time.
+	// key (or reversed), one page at a time; with include_values, each with
+	// its value, so that a set of keys (a session's history) is read in one
+	// round trip instead of a List and a Read per key.
 	// Errors: INVALID_ARGUMENT for a missing scope, a bad page_size or a
-	// page_token that this server did not issue for this scope and prefix.
+	// page_token that this server did not issue for this scope, prefix and
+	// direction.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Search ranks the scope's entries by full-text relevance to a query
 	// (BM25 or equivalent over the string leaves of the JSON values; keys
@@ -172,9 +175,12 @@ type StateServiceServer interface {
 	// a read-only credential.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// List returns keys with a prefix in one scope, in byte order of the
-	// key, one page at a time.
+	// key (or reversed), one page at a time; with include_values, each with
+	// its value, so that a set of keys (a session's history) is read in one
+	// round trip instead of a List and a Read per key.
 	// Errors: INVALID_ARGUMENT for a missing scope, a bad page_size or a
-	// page_token that this server did not issue for this scope and prefix.
+	// page_token that this server did not issue for this scope, prefix and
+	// direction.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Search ranks the scope's entries by full-text relevance to a query
 	// (BM25 or equivalent over the string leaves of the JSON values; keys
