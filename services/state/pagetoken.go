@@ -29,9 +29,9 @@ const (
 	tokenVersion = 1
 	// tokenVersionReverse marks a token of a reversed listing.
 	tokenVersionReverse = 2
-	hashLen      = 16
-	macLen       = sha256.Size
-	tokenHeader  = 1 + 2*hashLen
+	hashLen             = 16
+	macLen              = sha256.Size
+	tokenHeader         = 1 + 2*hashLen
 	// tokenSecretLen is the size of the HMAC secret.
 	tokenSecretLen = 32
 )
