@@ -98,6 +98,14 @@
 //     order, also while keys are added and removed between pages), the
 //     default page size of 100; INVALID_ARGUMENT for page tokens of another
 //     scope or prefix or altered ones, and page_size outside 0..1000.
+//   - ListValues: with include_values every item carries its current
+//     value (and none without it); reverse lists in descending byte
+//     order, within the prefix and scope, page by page; a page token
+//     works only in the direction it was issued for (else
+//     INVALID_ARGUMENT); pages with values keep to 2 MiB of keys and
+//     encoded values unless they hold one item, and still list every key
+//     once. A server with a store middleware, which returns no values,
+//     fails these checks.
 //   - Search: words in nested JSON strings, more occurrences rank higher,
 //     snippets contain the term, limit (default 10), scope isolation,
 //     read-your-writes, deleted and overwritten values are gone;

@@ -118,6 +118,7 @@ func Run(t *testing.T, target Target) {
 		{"Revisions", testRevisions},
 		{"Idempotency", testIdempotency},
 		{"List", testList},
+		{"ListValues", testListValues},
 		{"Search", testSearch},
 		{"Limits", testLimits},
 		{"InvalidArgument", testInvalidArgument},
