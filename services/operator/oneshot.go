@@ -2,13 +2,20 @@ package operator
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"buf.build/go/protovalidate"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -40,8 +47,14 @@ const (
 // input that is not UTF-8 (it is made valid, each bad byte a U+FFFD) or
 // when the output itself cannot be encoded (an INTERNAL Status); only a
 // stdout that cannot be written leaves it empty.
+//
+// When ProgressSocketEnv names a Unix socket, the progress events
+// (those ExecuteStream sends, never the output) are written to it as
+// they happen; see ProgressSocketEnv.
 func (op *Operator) OneShot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
-	out, err := oneShot(ctx, op, stdin)
+	progress := dialProgress(os.Getenv(ProgressSocketEnv), stderr)
+	out, err := oneShot(ctx, op, stdin, progress.send)
+	progress.close()
 	if err != nil {
 		return writeStatus(stdout, stderr, err)
 	}
@@ -80,7 +93,7 @@ func writeStatus(stdout, stderr io.Writer, err error) int {
 	return ExitStatusBase + int(st.Code())
 }
 
-func oneShot(ctx context.Context, op *Operator, stdin io.Reader) (*operatorv1.OperatorOutput, error) {
+func oneShot(ctx context.Context, op *Operator, stdin io.Reader, events Events) (*operatorv1.OperatorOutput, error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, MaxOneShotInput+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading OperatorInput from stdin: %v: %w", err, errs.InvalidArgument)
@@ -96,5 +109,108 @@ func oneShot(ctx context.Context, op *Operator, stdin io.Reader) (*operatorv1.Op
 	if err := protovalidate.Validate(&operatorv1.ExecuteRequest{Input: in}); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errs.InvalidArgument)
 	}
-	return op.Execute(ctx, in, nil)
+	return op.Execute(ctx, in, events)
+}
+
+// ProgressSocketEnv is the environment variable through which the
+// environment service gives a one-shot operator its progress socket: a
+// Unix socket path. OneShot connects to it and writes each progress
+// event as a frame, a 4-byte big-endian length then the
+// ExecuteStreamResponse in binary protobuf, at most MaxProgressFrame
+// bytes; the output still goes on stdout only. The environment's
+// streaming Run (RunStream) passes the events on. Progress is best
+// effort: a socket that cannot be reached or written ends the progress,
+// never the invocation, and a slow reader makes the invocation wait.
+const ProgressSocketEnv = "NEURON_PROGRESS_SOCKET"
+
+// MaxProgressFrame bounds one progress frame (the environment service
+// stops a run whose frame is larger). A tool result that would not fit
+// is truncated in its frame, a tool input replaced by a note of its
+// size; any other event that does not fit is left out. The output
+// itself is never cut.
+const MaxProgressFrame = 1 << 20
+
+// progressWriter writes progress frames to the environment service. The
+// zero value (no socket) drops them.
+type progressWriter struct {
+	mu   sync.Mutex
+	conn net.Conn
+	buf  []byte
+}
+
+// dialProgress connects to the progress socket at path; "" or a
+// failure (told on stderr) gives a writer that drops everything.
+func dialProgress(path string, stderr io.Writer) *progressWriter {
+	if path == "" {
+		return &progressWriter{}
+	}
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "operator: progress socket %s: %v; the run goes on without progress\n", path, err)
+		return &progressWriter{}
+	}
+	return &progressWriter{conn: conn}
+}
+
+// send writes ev as a frame. It never fails the invocation: after a
+// write error it drops the rest.
+func (w *progressWriter) send(ev *operatorv1.ExecuteStreamResponse) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn == nil {
+		return nil
+	}
+	b, err := fitFrame(ev)
+	if err != nil || b == nil {
+		return nil
+	}
+	w.buf = binary.BigEndian.AppendUint32(w.buf[:0], uint32(len(b)))
+	w.buf = append(w.buf, b...)
+	if _, err := w.conn.Write(w.buf); err != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+	return nil
+}
+
+// close ends the progress, before the output is written.
+func (w *progressWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+}
+
+// fitFrame encodes ev in at most MaxProgressFrame bytes: a long tool
+// result truncated (on a character boundary, with a note of its size),
+// a large tool input replaced by a note; nil when it cannot fit.
+func fitFrame(ev *operatorv1.ExecuteStreamResponse) ([]byte, error) {
+	b, err := proto.Marshal(ev)
+	if err != nil || len(b) <= MaxProgressFrame {
+		return b, err
+	}
+	const room = MaxProgressFrame - 4096 // for the other fields
+	switch e := ev.GetEvent().(type) {
+	case *operatorv1.ExecuteStreamResponse_ToolCallFinished:
+		f := proto.Clone(e.ToolCallFinished).(*operatorv1.ToolCallFinished)
+		n := len(f.GetResult())
+		cut := min(room, n)
+		for cut > 0 && cut < n && (f.Result[cut]&0xC0) == 0x80 {
+			cut--
+		}
+		f.Result = f.Result[:cut] + fmt.Sprintf("\n[progress shows %d of the result's %d bytes]", cut, n)
+		ev = &operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ToolCallFinished{ToolCallFinished: f}}
+	case *operatorv1.ExecuteStreamResponse_ToolCallStarted:
+		s := proto.Clone(e.ToolCallStarted).(*operatorv1.ToolCallStarted)
+		s.Input = structpb.NewStringValue(fmt.Sprintf("[an input of %d bytes, too large for progress]", proto.Size(e.ToolCallStarted.GetInput())))
+		ev = &operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_ToolCallStarted{ToolCallStarted: s}}
+	default:
+		return nil, nil
+	}
+	if b, err = proto.Marshal(ev); err != nil || len(b) > MaxProgressFrame {
+		return nil, err
+	}
+	return b, nil
 }
