@@ -126,6 +126,8 @@ type orchOptions struct {
 	engine orchestrator.Options
 	// chain is orchserve.Config.DispatchInterceptors.
 	chain []grpc.UnaryClientInterceptor
+	// approvalTimeout is orchserve.Config.ApprovalTimeout.
+	approvalTimeout time.Duration
 }
 
 // registryYAML renders agents as a registry file (JSON is YAML).
@@ -155,6 +157,7 @@ func orchConfig(t *testing.T, registry []byte, stateAddr string, o orchOptions) 
 		DispatchInterceptors: o.chain,
 		Engine:               o.engine,
 		EventLogPoll:         50 * time.Millisecond,
+		ApprovalTimeout:      o.approvalTimeout,
 	}
 }
 

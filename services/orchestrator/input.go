@@ -361,6 +361,13 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 	for _, s := range pending {
 		p := &typesv1.SignalPayload{}
 		_ = proto.Unmarshal(s.Payload, p)
+		if decided := approvalOf(in, p); decided {
+			// The decisions resume the operator's pending tool calls; the
+			// model is told of them as tool results, not as a message.
+			list = append(list, map[string]any{"sequence": float64(s.Seq), "signal_type": p.GetSignalType()})
+			seqs = append(seqs, s.Seq)
+			continue
+		}
 		data, _ := protojson.Marshal(p.GetData())
 		if p.GetData() == nil {
 			data = []byte("null")
@@ -383,6 +390,20 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 		in.Metadata.Fields["signals"] = v
 	}
 	return in, seqs
+}
+
+// approvalOf sets the resume of in to the decisions of p when p is the
+// first approval signal of a resume that waits for tool decisions.
+func approvalOf(in *operatorv1.OperatorInput, p *typesv1.SignalPayload) bool {
+	if p.GetSignalType() != ApprovalSignal || in.Resume == nil || len(in.Resume.ToolDecisions) > 0 {
+		return false
+	}
+	decisions, err := DecisionsOf(p)
+	if err != nil || len(decisions) == 0 {
+		return false
+	}
+	in.Resume.ToolDecisions = decisions
+	return true
 }
 
 // resultsInput is the input that gives an agent its delegations'
@@ -470,6 +491,9 @@ func handoffInput(session *string, from string, handed *structpb.Value, results 
 func ResultOf(dispatchID string, out *operatorv1.OperatorOutput) *StepResult {
 	res := &StepResult{Exit: out.GetExitReason().GetKind().String(), ResumeToken: out.GetExitReason().GetSuspension().GetResumeToken(),
 		Cost: OutputCost(out)}
+	for _, c := range out.GetExitReason().GetSuspension().GetToolCalls() {
+		res.Pending = append(res.Pending, PendingCall{ID: c.GetToolUseId(), Name: c.GetName(), Reason: c.GetReason()})
+	}
 	for i, eff := range out.GetEffects() {
 		ref := EffectRef{Kind: EffectKind(eff), Key: EffectKey(dispatchID, i, eff)}
 		switch k := eff.GetKind().(type) {

@@ -199,6 +199,14 @@ type StepResult struct {
 	Signals []uint64
 	// Duration of the call; zero when unknown.
 	Duration time.Duration
+	// Pending are the tool calls a SUSPENDED output waits on.
+	Pending []PendingCall
+}
+
+// PendingCall is a tool call waiting for approval, as the workflow
+// reports it.
+type PendingCall struct {
+	ID, Name, Reason string
 }
 
 // EffectRef is an effect of an output by reference, with what the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/lifecycle"
 	"github.com/secbear/neuron/pkg/money"
 )
 
@@ -33,15 +36,57 @@ type Server struct {
 	orchestratorv1.UnimplementedOrchestratorServiceServer
 	e       Engine
 	workers int
+	// WatchWorkflow: the bus that wakes it, how often it looks for events
+	// of other replicas, and the live progress.
+	bus  *lifecycle.Bus
+	poll time.Duration
+	hub  *Hub
+	// state keeps the transcripts (GetTranscript).
+	state statev1.StateServiceClient
+	// approvalTimeout decides approvals left waiting that long, approving
+	// when approvalDefault; 0: never.
+	approvalTimeout time.Duration
+	approvalDefault bool
+	log             *slog.Logger
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithWatch serves WatchWorkflow's wake-ups from bus (events of other
+// replicas are found every poll; 0: a second) and its live progress from
+// hub (nil: none).
+func WithWatch(bus *lifecycle.Bus, poll time.Duration, hub *Hub) ServerOption {
+	return func(s *Server) { s.bus, s.poll, s.hub = bus, poll, hub }
+}
+
+// WithTranscripts serves GetTranscript from the State service.
+func WithTranscripts(state statev1.StateServiceClient) ServerOption {
+	return func(s *Server) { s.state = state }
+}
+
+// WithApprovalTimeout makes RunApprovalTimeouts decide approvals left
+// waiting for d: approved when approve, rejected otherwise.
+func WithApprovalTimeout(d time.Duration, approve bool) ServerOption {
+	return func(s *Server) { s.approvalTimeout, s.approvalDefault = d, approve }
+}
+
+// WithServerLog logs what the server does in the background.
+func WithServerLog(log *slog.Logger) ServerOption {
+	return func(s *Server) { s.log = log }
 }
 
 // NewServer returns a Server over e; workers is DispatchMany's default
 // concurrency (0: DefaultWorkers).
-func NewServer(e Engine, workers int) *Server {
+func NewServer(e Engine, workers int, opts ...ServerOption) *Server {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	return &Server{e: e, workers: workers}
+	s := &Server{e: e, workers: workers}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 func budgetOf(m *typesv1.Money) (decimal.NullDecimal, error) {
@@ -324,7 +369,7 @@ func (s *Server) GetWorkflow(ctx context.Context, req *orchestratorv1.GetWorkflo
 	if err != nil {
 		return nil, err
 	}
-	return &orchestratorv1.GetWorkflowResponse{Workflow: toWorkflow(wf)}, nil
+	return &orchestratorv1.GetWorkflowResponse{Workflow: s.toWorkflow(wf)}, nil
 }
 
 // CancelWorkflow implements OrchestratorService.CancelWorkflow.
@@ -337,7 +382,7 @@ func (s *Server) CancelWorkflow(ctx context.Context, req *orchestratorv1.CancelW
 	if err != nil {
 		return nil, err
 	}
-	return &orchestratorv1.CancelWorkflowResponse{Workflow: toWorkflow(wf)}, nil
+	return &orchestratorv1.CancelWorkflowResponse{Workflow: s.toWorkflow(wf)}, nil
 }
 
 // ListWorkflows implements OrchestratorService.ListWorkflows.
@@ -355,7 +400,7 @@ func (s *Server) ListWorkflows(ctx context.Context, req *orchestratorv1.ListWork
 	}
 	resp := &orchestratorv1.ListWorkflowsResponse{NextPageToken: next}
 	for _, wf := range wfs {
-		resp.Workflows = append(resp.Workflows, toWorkflow(wf))
+		resp.Workflows = append(resp.Workflows, s.toWorkflow(wf))
 	}
 	return resp, nil
 }
@@ -370,6 +415,13 @@ func pageSize(n int32) (int, error) {
 		size = DefaultPageSize
 	}
 	return size, nil
+}
+
+// toWorkflow is r on the wire, with the approvals it waits on.
+func (s *Server) toWorkflow(r *Workflow) *orchestratorv1.Workflow {
+	wf := toWorkflow(r)
+	wf.PendingApprovals = s.pendingOf(r)
+	return wf
 }
 
 func toWorkflow(r *Workflow) *orchestratorv1.Workflow {

@@ -191,7 +191,11 @@ func (w *workflow) agent(f frame, plan Plan, root bool) (*StepResult, error) {
 		if suspended {
 			kind = "orchestrator.workflow.suspended"
 		}
-		more, err := w.h.Await(suspended, w.observable(w.current, kind, object(num("steps", w.steps), str("spent", w.spent.String()), str("exit", out.Exit))))
+		data := object(num("steps", w.steps), str("spent", w.spent.String()), str("exit", out.Exit))
+		if suspended && len(out.Pending) > 0 {
+			data.GetStructValue().Fields["approvals"] = approvals(out.Pending)
+		}
+		more, err := w.h.Await(suspended, w.observable(w.current, kind, data))
 		if err != nil {
 			return nil, err
 		}
@@ -276,6 +280,16 @@ func numbers(key string, seqs []uint64) field {
 		vals[i] = structpb.NewNumberValue(float64(s))
 	}
 	return field{key, structpb.NewListValue(&structpb.ListValue{Values: vals})}
+}
+
+// approvals is the list of tool calls a suspension waits on, as an
+// event's data shows it.
+func approvals(calls []PendingCall) *structpb.Value {
+	vals := make([]*structpb.Value, len(calls))
+	for i, c := range calls {
+		vals[i] = object(str("tool_use_id", c.ID), str("name", c.Name), str("reason", c.Reason))
+	}
+	return structpb.NewListValue(&structpb.ListValue{Values: vals})
 }
 
 // object is an event's data of these fields.

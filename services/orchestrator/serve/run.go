@@ -185,6 +185,12 @@ type Config struct {
 	// looks for events another replica recorded (--event-log-poll,
 	// default DefaultEventLogPoll).
 	EventLogPoll time.Duration
+	// ApprovalTimeout decides tool calls left waiting for a person's
+	// approval this long (--approval-timeout; 0: they wait until
+	// decided), approving them when ApprovalTimeoutApprove
+	// (--approval-timeout-decision approve) and rejecting them otherwise.
+	ApprovalTimeout        time.Duration
+	ApprovalTimeoutApprove bool
 }
 
 // Temporal is how the temporal backend reaches its cluster.
@@ -362,7 +368,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	reg = orchestrator.SourceRegistry(store, reg)
 	agentv1.RegisterAgentServiceServer(srv, agentSrv)
-	deps := orchestrator.Deps{Registry: reg, Caller: caller, State: statev1.NewStateServiceClient(stateConn)}
+	// Every operator call's transcript is kept in State, and its live
+	// progress goes to WatchWorkflow's streams.
+	hub := orchestrator.NewHub()
+	recorder := &orchestrator.Recorder{Next: caller, State: statev1.NewStateServiceClient(stateConn), Hub: hub, Log: log}
+	deps := orchestrator.Deps{Registry: reg, Caller: recorder, State: statev1.NewStateServiceClient(stateConn)}
 	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer, SubscriberBufferBytes: cfg.SubscriberBufferBytes}
 	var (
 		engine     orchestrator.Engine
@@ -419,7 +429,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		engine, stopEngine = eng, eng.Close
 	}
 	defer bus.Close()
-	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchestrator.NewServer(engine, cfg.Engine.Workers))
+	orchSrv := orchestrator.NewServer(engine, cfg.Engine.Workers, orchestrator.WithWatch(bus, cfg.EventLogPoll, hub),
+		orchestrator.WithTranscripts(deps.State), orchestrator.WithApprovalTimeout(cfg.ApprovalTimeout, cfg.ApprovalTimeoutApprove),
+		orchestrator.WithServerLog(log))
+	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchSrv)
+	timeoutsCtx, stopTimeouts := context.WithCancel(ctx)
+	defer stopTimeouts()
+	go orchSrv.RunApprovalTimeouts(timeoutsCtx)
 	lifecyclev1.RegisterLifecycleServiceServer(srv, lifecycle.NewServer(bus, lifecycle.WithLogger(log), lifecycle.WithShutdown(ctx),
 		lifecycle.WithWorkflowLog(engine, cfg.EventLogPoll),
 		lifecycle.WithStreamLimits(cfg.MaxStreams, cfg.MaxStreamsPerClient), lifecycle.WithSendTimeout(cfg.SubscriberSendTimeout)))

@@ -108,6 +108,16 @@ type callResult struct {
 	// output was kept by an earlier attempt (and in histories recorded
 	// before it was added).
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Pending are the tool calls a SUSPENDED output waits on (absent in
+	// histories recorded before approvals).
+	Pending []pendingCall `json:"pending,omitempty"`
+}
+
+// pendingCall is a tool call waiting for approval.
+type pendingCall struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // effectInfo is an effect by reference, with what the workflow decides on.
@@ -260,6 +270,9 @@ func resultOf(r *orchestrator.StepResult) *callResult {
 	for _, e := range r.Effects {
 		out.Effects = append(out.Effects, effectInfo{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
 	}
+	for _, p := range r.Pending {
+		out.Pending = append(out.Pending, pendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason})
+	}
 	return out
 }
 
@@ -271,6 +284,9 @@ func (r *callResult) port(signals []uint64) *orchestrator.StepResult {
 		Duration: time.Duration(r.DurationMS) * time.Millisecond}
 	for _, e := range r.Effects {
 		out.Effects = append(out.Effects, orchestrator.EffectRef{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
+	}
+	for _, p := range r.Pending {
+		out.Pending = append(out.Pending, orchestrator.PendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason})
 	}
 	return out
 }

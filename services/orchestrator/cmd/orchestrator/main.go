@@ -89,6 +89,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.SubscriberSendTimeout, lifecycle.FlagSendTimeout, lifecycle.DefaultSendTimeout, "end a lifecycle subscriber whose client has not read an event for this long")
 	fs.IntVar(&cfg.MaxStreams, lifecycle.FlagMaxStreams, lifecycle.DefaultMaxStreams, "most LifecycleService.Subscribe streams open at once; one more is refused (RESOURCE_EXHAUSTED)")
 	fs.IntVar(&cfg.MaxStreamsPerClient, lifecycle.FlagMaxStreamsPerClient, lifecycle.DefaultMaxStreamsPerClient, "most Subscribe streams one client (its principal, else its IP address) may hold open; one more is refused (RESOURCE_EXHAUSTED)")
+	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 0, "decide a tool call left waiting this long for a person's approval by --approval-timeout-decision; 0: it waits until decided")
+	fs.Func("approval-timeout-decision", "what --approval-timeout decides: reject (default) or approve", func(v string) error {
+		switch v {
+		case "reject":
+			cfg.ApprovalTimeoutApprove = false
+		case "approve":
+			cfg.ApprovalTimeoutApprove = true
+		default:
+			return fmt.Errorf("%q: want reject or approve", v)
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.EventLogPoll, "event-log-poll", serve.DefaultEventLogPoll, "how often a subscriber of a workflow's event log (after_workflow_sequence) looks for events another replica recorded")
 	fs.StringVar(&cfg.Backend, "backend", serve.BackendBolt, "workflow durability: bolt (a journal in --data-dir; one process) or temporal (workflows on a Temporal cluster; any number of orchestrators)")
 	fs.StringVar(&cfg.Temporal.Address, "temporal-address", "", "Temporal frontend host:port for --backend temporal, e.g. 127.0.0.1:7233")
