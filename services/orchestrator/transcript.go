@@ -250,4 +250,3 @@ func readTranscript(ctx context.Context, state statev1.StateServiceClient, wf, k
 	}
 	return rec, nil
 }
-
