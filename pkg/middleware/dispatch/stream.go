@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync/atomic"
 
@@ -15,7 +14,6 @@ import (
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
-	"github.com/secbear/neuron/pkg/errs"
 )
 
 // Chain returns interceptors as one, the first outermost, as
@@ -186,14 +184,14 @@ func ended[T any](st grpc.ServerStreamingClient[T], cc *grpc.ClientConn, kind, m
 	case err != nil:
 		return err
 	}
-	return errs.ToStatus(fmt.Errorf("the %s service at %s sent more after the last message of %s: %w",
-		kind, cc.Target(), method, errs.Internal)).Err()
+	return status.Errorf(codes.Internal, "the %s service at %s sent more after the last message of %s", kind, cc.Target(), method)
 }
 
 // noOutput is the INTERNAL status of a stream that ended without what.
+// (errs.ToStatus would hide the message of an INTERNAL: it is meant for
+// a server's own failures, and this one is the peer's.)
 func noOutput(cc *grpc.ClientConn, kind, method, what string) error {
-	return errs.ToStatus(fmt.Errorf("the %s service at %s ended %s without %s: %w",
-		kind, cc.Target(), method, what, errs.Internal)).Err()
+	return status.Errorf(codes.Internal, "the %s service at %s ended %s without %s", kind, cc.Target(), method, what)
 }
 
 // set makes dst hold src's fields, sharing their values (no copy of the
