@@ -19,7 +19,20 @@
 // Input, Output and SetOutput say which calls are dispatches and where
 // their input and output are, for every interceptor of the boundary.
 //
+// The orchestrator streams its dispatches (ExecuteStream, RunStream) so
+// that their progress reaches the caller as it happens. The chain is not
+// written twice for that: the caller runs it (Chain) around a Streamer's
+// invoker, which makes the Execute or Run it is given as its stream, hands
+// each progress event to the caller and fills the reply with the final
+// output. Every interceptor, the embedder's included, thus sees a
+// streamed dispatch as a unary one (its request before, its final output
+// after, which it may replace or withhold before the caller gets it); the
+// progress passes by unchanged, so a text delta may reach the caller
+// before an interceptor withholds the output it ends in. A peer without
+// the stream (UNIMPLEMENTED) is called unary, within the same dispatch.
+//
 // Its tests run the family's shared suite (pkg/middleware/internal/boundarytest)
-// through Execute and Run, and test the budget and the audit record with a
-// fake invoker.
+// through Execute and Run, unary and streamed, test the Streamer against
+// in-process agents, and test the budget and the audit record with a fake
+// invoker and through streams.
 package dispatch

@@ -18,8 +18,11 @@ const dispatchBoundary = middlewarev1.Boundary_BOUNDARY_DISPATCH
 // DispatchClientInterceptor intercepts the orchestrator's calls to agents
 // (the dispatch boundary, pkg/middleware/dispatch):
 // OperatorService.Execute and EnvironmentService.Run (the input is the
-// request's input, the output the reply's output). Other methods,
-// ExecuteStream included, pass through.
+// request's input, the output the reply's output), and the same calls
+// streamed by a dispatch.Streamer, which the interceptor sees as unary:
+// its after phase gets the stream's final output and its verdict applies
+// to it before the caller gets it. Other methods pass through, and so
+// does ExecuteStream called on a connection directly.
 //
 // Before the call, a HALT fails it without making it (PERMISSION_DENIED
 // naming the agent, the middleware and its reason) and a MODIFY sends the
