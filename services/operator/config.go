@@ -67,6 +67,9 @@ type limits struct {
 	// strategy is OperatorConfig.context_strategy (UNSPECIFIED: the
 	// deployment's --compaction).
 	strategy operatorv1.ContextStrategy
+	// approvals is OperatorConfig.tool_approvals: which tool calls wait
+	// for a person (empty: none).
+	approvals map[string]operatorv1.ToolApproval
 }
 
 // MaxInstructionsBytes bounds OperatorConfig.instructions (and the
@@ -139,6 +142,10 @@ func (c Config) resolve(in *operatorv1.OperatorConfig) (limits, error) {
 		return l, fmt.Errorf("config.context_strategy %d is not a known strategy; use COMPACT, TRUNCATE, NONE or leave it unset for the operator's default: %w", int32(cs), errs.InvalidArgument)
 	}
 	l.strategy = in.GetContextStrategy()
+	if err := checkApprovals(in.GetToolApprovals()); err != nil {
+		return l, err
+	}
+	l.approvals = in.GetToolApprovals()
 	if err := l.modelParams(in.GetModelParameters()); err != nil {
 		return l, err
 	}

@@ -50,6 +50,16 @@ type run struct {
 	// callerBound is set when the caller's deadline, not max_duration,
 	// bounds the loop.
 	callerBound bool
+	// resume is the state a resumed invocation continues from, and
+	// decided the person's decisions on its waiting calls; nil otherwise.
+	resume  *resumeState
+	decided map[string]decision
+	// oneShot is set for a one-shot invocation (a process of its own).
+	oneShot bool
+	// base is the counters a resumed invocation started from: its
+	// metadata reports only what it consumed itself, while its limits
+	// count from the first invocation.
+	base counters
 
 	messages  []provider.Message // the whole context sent to the model
 	newTurns  []provider.Message // what this invocation adds to history
@@ -63,6 +73,13 @@ type run struct {
 	failures  int // consecutive failed tool calls
 	nextEffID int
 	emitMu    sync.Mutex // parallel tool calls emit concurrently
+}
+
+// counters are the loop's running totals.
+type counters struct {
+	turns uint32
+	usage provider.Usage
+	cost  decimal.Decimal
 }
 
 // exit builds an ExitReason.
@@ -103,53 +120,42 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 	const turns = 1 + 2*3
 	r.messages = append(make([]provider.Message, 0, len(r.messages)+turns+1), r.messages...)
 	r.newTurns = make([]provider.Message, 0, turns+1)
-	user := provider.Message{Role: provider.User, Parts: toParts(r.in.GetMessage(), r.log)}
-	r.messages = append(r.messages, user)
-	r.newTurns = append(r.newTurns, user)
+	// uses are the tool calls of the turn to act on: a resumed turn's,
+	// else the model's next.
+	var uses []*provider.ToolUse
+	decided := r.decided
+	if r.resume != nil {
+		uses = r.resumeFrom(r.resume)
+	} else {
+		user := provider.Message{Role: provider.User, Parts: toParts(r.in.GetMessage(), r.log)}
+		r.messages = append(r.messages, user)
+		r.newTurns = append(r.newTurns, user)
+	}
 
 	for {
-		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE, nil); reason != nil {
-			return r.finish(reason)
-		}
-		if err := r.compact(loopCtx); err != nil {
-			if reason, ok := r.timedOut(ctx, loopCtx); ok {
+		if uses == nil {
+			var reason *operatorv1.ExitReason
+			var err error
+			uses, reason, err = r.infer(ctx, loopCtx)
+			if err != nil {
+				if reason, ok := r.timedOut(ctx, loopCtx); ok {
+					return r.finish(reason)
+				}
+				return nil, err
+			}
+			if reason != nil {
 				return r.finish(reason)
 			}
-			return nil, err
-		}
-		resp, err := r.callModel(loopCtx)
-		if err != nil {
-			if reason, ok := r.timedOut(ctx, loopCtx); ok {
-				return r.finish(reason)
-			}
-			return nil, err
-		}
-		assistant := provider.Message{Role: provider.Assistant, Parts: resp.Parts}
-		r.messages = append(r.messages, assistant)
-		r.newTurns = append(r.newTurns, assistant)
-		r.lastText = resp.Parts
-		uses := resp.ToolUses()
-
-		if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE, func(hc *operatorv1.HookContext) {
-			hc.ModelOutput = textContent(resp.Parts)
-		}); reason != nil {
-			r.answerPending(uses, "not run: "+reason.GetMessage())
-			return r.finish(reason)
-		}
-		switch resp.Stop {
-		case provider.StopMaxTokens:
-			return nil, fmt.Errorf("the model's output was cut off at its max-tokens limit in turn %d; raise the output limit or ask for a shorter answer: %w", r.turns, errs.NonRetryable)
-		case provider.StopContentFilter:
-			return nil, fmt.Errorf("the model provider stopped the response with its content filter in turn %d; rephrase the request: %w", r.turns, errs.NonRetryable)
-		}
-		if len(uses) == 0 {
-			return r.finish(exit(operatorv1.ExitKind_EXIT_KIND_COMPLETE, ""))
 		}
 
-		halt, err := r.runTools(loopCtx, uses)
+		halt, waiting, err := r.runTools(loopCtx, uses, decided)
 		if err != nil {
 			return nil, err
 		}
+		if len(waiting) > 0 {
+			return r.suspend(waiting, decided)
+		}
+		uses, decided = nil, nil
 		if halt != nil {
 			return r.finish(halt)
 		}
@@ -160,6 +166,45 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 			return r.finish(reason)
 		}
 	}
+}
+
+// infer runs one model turn: the pre-inference hooks, the context
+// strategy, the model call and the post-inference hooks. It returns the
+// turn's tool calls, or the reason the loop ends (a halt, or a final
+// answer: COMPLETE).
+func (r *run) infer(ctx, loopCtx context.Context) ([]*provider.ToolUse, *operatorv1.ExitReason, error) {
+	if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_PRE_INFERENCE, nil); reason != nil {
+		return nil, reason, nil
+	}
+	if err := r.compact(loopCtx); err != nil {
+		return nil, nil, err
+	}
+	resp, err := r.callModel(loopCtx)
+	if err != nil {
+		return nil, nil, err
+	}
+	assistant := provider.Message{Role: provider.Assistant, Parts: resp.Parts}
+	r.messages = append(r.messages, assistant)
+	r.newTurns = append(r.newTurns, assistant)
+	r.lastText = resp.Parts
+	uses := resp.ToolUses()
+
+	if reason := r.hookHalt(loopCtx, operatorv1.HookPoint_HOOK_POINT_POST_INFERENCE, func(hc *operatorv1.HookContext) {
+		hc.ModelOutput = textContent(resp.Parts)
+	}); reason != nil {
+		r.answerPending(uses, "not run: "+reason.GetMessage())
+		return nil, reason, nil
+	}
+	switch resp.Stop {
+	case provider.StopMaxTokens:
+		return nil, nil, fmt.Errorf("the model's output was cut off at its max-tokens limit in turn %d; raise the output limit or ask for a shorter answer: %w", r.turns, errs.NonRetryable)
+	case provider.StopContentFilter:
+		return nil, nil, fmt.Errorf("the model provider stopped the response with its content filter in turn %d; rephrase the request: %w", r.turns, errs.NonRetryable)
+	}
+	if len(uses) == 0 {
+		return nil, exit(operatorv1.ExitKind_EXIT_KIND_COMPLETE, ""), nil
+	}
+	return uses, nil, nil
 }
 
 // timedOut reports whether the loop context ended because of max_duration
@@ -353,7 +398,10 @@ func (r *run) declare(e *typesv1.Effect) error {
 // effects in order.
 func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput, error) {
 	effects := r.effects
-	if r.in.SessionId != nil && r.lim.history {
+	// A suspended invocation declares no history: its turns travel in
+	// the resume token, and the invocation that finishes declares them.
+	suspended := reason.GetKind() == operatorv1.ExitKind_EXIT_KIND_SUSPENDED
+	if r.in.SessionId != nil && r.lim.history && !suspended {
 		value, err := encodeEntry(r.in.GetDispatch().GetDispatchId(), r.newTurns)
 		if err != nil {
 			return nil, fmt.Errorf("encoding history: %v: %w", err, errs.Internal)
@@ -384,12 +432,12 @@ func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput,
 		ExitReason: reason,
 		Effects:    effects,
 		Metadata: &operatorv1.OperatorMetadata{
-			TokensIn:         r.usage.InputTokens,
-			TokensOut:        r.usage.OutputTokens,
-			CacheReadTokens:  r.usage.CacheReadTokens,
-			CacheWriteTokens: r.usage.CacheWriteTokens,
-			Cost:             money.FromDecimal(r.cost),
-			TurnsUsed:        r.turns,
+			TokensIn:         r.usage.InputTokens - r.base.usage.InputTokens,
+			TokensOut:        r.usage.OutputTokens - r.base.usage.OutputTokens,
+			CacheReadTokens:  r.usage.CacheReadTokens - r.base.usage.CacheReadTokens,
+			CacheWriteTokens: r.usage.CacheWriteTokens - r.base.usage.CacheWriteTokens,
+			Cost:             money.FromDecimal(r.cost.Sub(r.base.cost)),
+			TurnsUsed:        r.turns - r.base.turns,
 			SubDispatches:    r.records,
 			Duration:         durationpb.New(time.Since(r.start)),
 			Model:            r.answered,

@@ -109,7 +109,7 @@ func oneShot(ctx context.Context, op *Operator, stdin io.Reader, events Events) 
 	if err := protovalidate.Validate(&operatorv1.ExecuteRequest{Input: in}); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errs.InvalidArgument)
 	}
-	return op.Execute(ctx, in, events)
+	return op.execute(ctx, in, events, true)
 }
 
 // ProgressSocketEnv is the environment variable through which the

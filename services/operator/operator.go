@@ -35,6 +35,8 @@ type Operator struct {
 	// shared through mcpPool (nil when the policy allows none).
 	mcpPool   *mcp.Pool
 	mcpPolicy MCPPolicy
+	// resume signs and checks resume tokens (resume.go).
+	resume resumeKey
 }
 
 // Option sets an optional dependency.
@@ -65,6 +67,15 @@ func WithCompaction(s compaction.Strategy, budget func(model string) compaction.
 // PERMISSION_DENIED.
 func WithMCP(pool *mcp.Pool, policy MCPPolicy) Option {
 	return func(o *Operator) { o.mcpPool, o.mcpPolicy = pool, policy }
+}
+
+// WithResumeKey sets the key resume tokens are signed with (at least
+// MinResumeKey bytes; a shorter one makes New fail). Without it each
+// Operator draws a random key, so only the same Operator accepts its
+// tokens: operators that share suspended invocations (replicas, one-shot
+// processes) must share a key.
+func WithResumeKey(key []byte) Option {
+	return func(o *Operator) { o.resume = resumeKey{key: append([]byte(nil), key...)} }
 }
 
 // WithPublisher sets where lifecycle events (compaction) go; the default
@@ -101,6 +112,11 @@ func New(cfg Config, router provider.Router, log *slog.Logger, opts ...Option) (
 	if o.events == nil {
 		o.events = LogPublisher{Log: log}
 	}
+	if o.resume.key == nil {
+		o.resume = newRandomResumeKey()
+	} else if len(o.resume.key) < MinResumeKey {
+		return nil, fmt.Errorf("operator: the resume key is %d bytes; give at least %d", len(o.resume.key), MinResumeKey)
+	}
 	return o, nil
 }
 
@@ -111,19 +127,47 @@ type Events func(*operatorv1.ExecuteStreamResponse) error
 // Execute runs one invocation. Limits end the loop with an ExitReason and
 // an output; errors are returned for what the caller must act on (see the
 // package doc). events may be nil.
+//
+// An input with resume set continues an invocation that exited
+// SUSPENDED: its token must be one this operator's key signed, and its
+// tool_decisions must decide every call the suspension listed (both
+// INVALID_ARGUMENT otherwise). Its message is required as for any input
+// but not added to the conversation, which the token carries.
 func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, events Events) (*operatorv1.OperatorOutput, error) {
+	return o.execute(ctx, in, events, false)
+}
+
+// execute is Execute; oneShot says the invocation is a process of its
+// own (OneShot), which a random resume key could never resume.
+func (o *Operator) execute(ctx context.Context, in *operatorv1.OperatorInput, events Events, oneShot bool) (*operatorv1.OperatorOutput, error) {
 	if in == nil || in.GetMessage() == nil {
 		return nil, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
 	}
 	if len(in.GetMessage().GetBlocks()) == 0 {
 		return nil, fmt.Errorf("input.message has no content blocks; send at least one, e.g. {\"text\":{\"text\":\"...\"}}: %w", errs.InvalidArgument)
 	}
-	if in.GetResume() != nil {
-		return nil, fmt.Errorf("input.resume: this operator never suspends, so there is nothing to resume: %w", errs.FailedPrecondition)
-	}
 	lim, err := o.cfg.resolve(in.GetConfig())
 	if err != nil {
 		return nil, err
+	}
+	var (
+		resumed *resumeState
+		decided map[string]decision
+	)
+	if res := in.GetResume(); res != nil {
+		if resumed, err = o.resume.open(res.GetResumeToken()); err != nil {
+			return nil, err
+		}
+		if want := resumed.Session; (want == nil) != (in.SessionId == nil) || want != nil && *want != in.GetSessionId() {
+			which := "no session_id"
+			if want != nil {
+				which = fmt.Sprintf("session_id %q", *want)
+			}
+			return nil, fmt.Errorf("input.session_id: the suspended invocation had %s; resume it with the same: %w", which, errs.InvalidArgument)
+		}
+		if decided, err = matchDecisions(resumed, res.GetToolDecisions()); err != nil {
+			return nil, err
+		}
 	}
 	prov, model, err := o.router.Route(lim.model)
 	if err != nil {
@@ -167,6 +211,9 @@ func (o *Operator) Execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 		events:   events,
 		start:    time.Now(),
 		keyBase:  in.GetDispatch().GetDispatchId(),
+		resume:   resumed,
+		decided:  decided,
+		oneShot:  oneShot,
 		log:      o.log.With("dispatch_id", in.GetDispatch().GetDispatchId(), "workflow_id", in.GetDispatch().GetWorkflowId()),
 	}
 	if md := in.GetMetadata(); md != nil {

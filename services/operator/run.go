@@ -205,6 +205,17 @@ type Config struct {
 	// Publisher, when set, receives the lifecycle events instead of the
 	// Lifecycle service (an embedder's own bus).
 	Publisher Publisher
+	// ResumeKey signs the resume tokens of suspended invocations (tool
+	// calls waiting for approval), at least MinResumeKey bytes
+	// (--resume-key in hex, --resume-key-file, $NEURON_RESUME_KEY). Nil:
+	// ResumeKeyFile, else a random key of this process, whose tokens only
+	// this process accepts; replicas, and one-shot operators (a process
+	// per invocation), must share one key.
+	ResumeKey []byte
+	// ResumeKeyFile is a file holding the resume key in hex
+	// (--resume-key-file), read when ResumeKey is nil.
+	ResumeKeyFile string
+
 	// Middleware, when Middleware.Client.Target is set, is the remote
 	// policy middleware (layer0.middleware.v1) applied to every
 	// OperatorService call (--middleware-addr and the other
@@ -513,6 +524,22 @@ func build(ctx context.Context, cfg Config, oneShot bool) (*Operator, func(), er
 		WithTools(tools),
 		WithCompaction(strategy, budgetFor(cat, cfg.Models.ContextReserve)),
 	}
+	switch {
+	case cfg.ResumeKey != nil:
+		if len(cfg.ResumeKey) < MinResumeKey {
+			return fail(fmt.Errorf("--resume-key: %d bytes is too short; give at least %d random bytes in hex, e.g. from `openssl rand -hex 32`", len(cfg.ResumeKey), MinResumeKey))
+		}
+		opts = append(opts, WithResumeKey(cfg.ResumeKey))
+	case cfg.ResumeKeyFile != "":
+		key, err := ReadResumeKey(cfg.ResumeKeyFile)
+		if err != nil {
+			return fail(fmt.Errorf("--resume-key-file: %w", err))
+		}
+		opts = append(opts, WithResumeKey(key))
+	case !oneShot:
+		log.Info("no --resume-key: resume tokens of suspended invocations are signed with a random key of this process; " +
+			"a resume must reach this process, and replicas must share a --resume-key")
+	}
 	policy, err := mcpPolicy(cfg)
 	if err != nil {
 		return fail(err)
@@ -553,7 +580,7 @@ func build(ctx context.Context, cfg Config, oneShot bool) (*Operator, func(), er
 			return fail(fmt.Errorf("--state-addr: %w", err))
 		}
 		closers = append(closers, func() { conn.Close() })
-		opts = append(opts, WithHistory(StateHistory{Client: statev1.NewStateServiceClient(conn), Log: log}))
+		opts = append(opts, WithHistory(NewStateHistory(statev1.NewStateServiceClient(conn), log)))
 		log.Info("session history from the state service", "addr", cfg.State.Target)
 	default:
 		log.Warn("no --state-addr: inputs that name a session will be refused")

@@ -2,8 +2,9 @@
 // called at five points of the ReAct loop (pre/post inference, pre/post
 // tool use, exit check). A hook is a Go value or a remote
 // layer0.operator.v1.HookService reached over gRPC. Hooks decide Continue,
-// Halt, SkipTool or ModifyToolInput; a hook that fails is logged and the
-// loop goes on, as the design decides: only an explicit Halt halts.
+// Halt, SkipTool, ModifyToolInput or RequireApproval; a hook that fails is
+// logged and the loop goes on, as the design decides: only an explicit
+// Halt halts.
 //
 // # Pipeline
 //
@@ -21,9 +22,13 @@
 //   - MODIFY_TOOL_INPUT (PRE_TOOL_USE only): new_input, which must be a
 //     JSON object, replaces the tool input seen by the later hooks and by
 //     the tool; a later hook may modify it again, skip the tool or halt.
+//   - REQUIRE_APPROVAL (PRE_TOOL_USE only): the call must wait for a
+//     person's approval (Decision.NeedsApproval, with the first such
+//     hook's reason). The pipeline goes on, so a later hook may still
+//     halt, skip or modify; a call a person already approved runs.
 //
-// SKIP_TOOL and MODIFY_TOOL_INPUT at any other point are misuse: they are
-// logged and treated as CONTINUE.
+// SKIP_TOOL, MODIFY_TOOL_INPUT and REQUIRE_APPROVAL at any other point
+// are misuse: they are logged and treated as CONTINUE.
 //
 // # Failures
 //

@@ -63,6 +63,12 @@ func Skip(reason string) *operatorv1.HookAction {
 	return &operatorv1.HookAction{Kind: operatorv1.HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL, Reason: reason}
 }
 
+// RequireApproval returns a REQUIRE_APPROVAL action (PRE_TOOL_USE only):
+// the call waits for a person's approval.
+func RequireApproval(reason string) *operatorv1.HookAction {
+	return &operatorv1.HookAction{Kind: operatorv1.HookActionKind_HOOK_ACTION_KIND_REQUIRE_APPROVAL, Reason: reason}
+}
+
 // Modify returns a MODIFY_TOOL_INPUT action (PRE_TOOL_USE only). input
 // must be a JSON object (a struct value).
 func Modify(input *structpb.Value, reason string) *operatorv1.HookAction {
@@ -72,7 +78,7 @@ func Modify(input *structpb.Value, reason string) *operatorv1.HookAction {
 // Decision is the outcome of a hook pipeline.
 type Decision struct {
 	// Kind is CONTINUE, HALT, SKIP_TOOL or MODIFY_TOOL_INPUT; never
-	// UNSPECIFIED.
+	// UNSPECIFIED nor REQUIRE_APPROVAL (see NeedsApproval).
 	Kind operatorv1.HookActionKind
 	// Reason is the deciding hook's reason (HALT, SKIP_TOOL, and the last
 	// MODIFY_TOOL_INPUT); it may be empty.
@@ -83,6 +89,16 @@ type Decision struct {
 	// NewInput is the tool input to use, set only when Kind is
 	// MODIFY_TOOL_INPUT. It is always a JSON object.
 	NewInput *structpb.Value
+	// NeedsApproval is set when a hook answered REQUIRE_APPROVAL at
+	// PRE_TOOL_USE: the call must wait for a person unless one already
+	// approved it. It does not stop the pipeline (a later hook may still
+	// halt, skip or modify), and Kind is then CONTINUE or
+	// MODIFY_TOOL_INPUT, or the HALT or SKIP_TOOL that overrides it.
+	NeedsApproval bool
+	// ApprovalReason and ApprovalHook are the reason and name of the
+	// first hook that required approval.
+	ApprovalReason string
+	ApprovalHook   string
 }
 
 // Halted reports whether the loop must halt.

@@ -159,9 +159,9 @@ func (r *Registry) Run(ctx context.Context, hc *operatorv1.HookContext) Decision
 		case operatorv1.HookActionKind_HOOK_ACTION_KIND_HALT:
 			r.log.InfoContext(ctx, "hook halted the loop",
 				"hook", name, "point", point.String(), "reason", act.GetReason())
-			return Decision{Kind: kind, Reason: act.GetReason(), Hook: name}
+			return d.with(Decision{Kind: kind, Reason: act.GetReason(), Hook: name})
 		}
-		// SKIP_TOOL or MODIFY_TOOL_INPUT.
+		// SKIP_TOOL, MODIFY_TOOL_INPUT or REQUIRE_APPROVAL.
 		if !toolPoint {
 			r.log.WarnContext(ctx, "hook misuse: action only allowed at HOOK_POINT_PRE_TOOL_USE; continuing",
 				"hook", name, "point", point.String(), "action", kind.String())
@@ -170,16 +170,30 @@ func (r *Registry) Run(ctx context.Context, hc *operatorv1.HookContext) Decision
 		if kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_SKIP_TOOL {
 			r.log.InfoContext(ctx, "hook skipped the tool",
 				"hook", name, "point", point.String(), "tool", hc.GetToolName(), "reason", act.GetReason())
-			return Decision{Kind: kind, Reason: act.GetReason(), Hook: name}
+			return d.with(Decision{Kind: kind, Reason: act.GetReason(), Hook: name})
+		}
+		if kind == operatorv1.HookActionKind_HOOK_ACTION_KIND_REQUIRE_APPROVAL {
+			r.log.InfoContext(ctx, "hook requires approval of the tool call",
+				"hook", name, "point", point.String(), "tool", hc.GetToolName(), "reason", act.GetReason())
+			if !d.NeedsApproval {
+				d.NeedsApproval, d.ApprovalReason, d.ApprovalHook = true, act.GetReason(), name
+			}
+			continue
 		}
 		r.log.InfoContext(ctx, "hook modified the tool input",
 			"hook", name, "point", point.String(), "tool", hc.GetToolName(), "reason", act.GetReason())
 		next := proto.CloneOf(cur)
 		next.ToolInput = act.GetNewInput()
 		cur = next
-		d = Decision{Kind: kind, Reason: act.GetReason(), Hook: name, NewInput: act.GetNewInput()}
+		d = d.with(Decision{Kind: kind, Reason: act.GetReason(), Hook: name, NewInput: act.GetNewInput()})
 	}
 	return d
+}
+
+// with is next, keeping the approval requirement d carries.
+func (d Decision) with(next Decision) Decision {
+	next.NeedsApproval, next.ApprovalReason, next.ApprovalHook = d.NeedsApproval, d.ApprovalReason, d.ApprovalHook
+	return next
 }
 
 func (r *Registry) logFailure(ctx context.Context, name string, point operatorv1.HookPoint, err error) {

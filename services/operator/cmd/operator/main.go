@@ -33,6 +33,11 @@ import (
 
 const envPrefix = "NEURON_OPERATOR"
 
+// sharedResumeKeyEnv is the resume key's variable when neither
+// --resume-key, --resume-key-file nor their NEURON_OPERATOR_* variables
+// are set.
+const sharedResumeKeyEnv = "NEURON_RESUME_KEY"
+
 // exitConfig is the exit code for bad flags or configuration.
 const exitConfig = 2
 
@@ -118,6 +123,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&c.ToolMaxOutput, "tool-max-output", def.ToolMaxOutput, "tool output beyond this many bytes is truncated, with a notice")
 	fs.BoolVar(&c.SandboxUnconfined, "sandbox-unconfined", false, "run bash without Landlock when the kernel lacks it (only with --dev)")
 	fs.DurationVar(&c.HookTimeout, "hook-call-timeout", def.HookTimeout, "deadline of each hook call; a slow hook is skipped, not fatal")
+	var resumeKey string
+	fs.StringVar(&resumeKey, "resume-key", "", "key signing the resume tokens of invocations suspended for tool approval, in hex (at least 16 bytes, e.g. from openssl rand -hex 32); operators that resume each other's invocations (replicas, one-shot runs) must share it (default: $"+sharedResumeKeyEnv+", else a random key of this process)")
+	fs.StringVar(&c.ResumeKeyFile, "resume-key-file", "", "file holding the --resume-key in hex")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "operator: the layer0 OperatorService (ReAct loop, tools, hooks); --hook-addr takes a comma-separated list")
@@ -150,6 +158,21 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 		return nil, err
 	}
 	c.MaxTurns = uint32(min(maxTurns, 1<<31))
+	if resumeKey == "" && c.ResumeKeyFile == "" {
+		// The name every neuron service may share (`neuron up` can set
+		// it once for all operators).
+		resumeKey = os.Getenv(sharedResumeKeyEnv)
+	}
+	if resumeKey != "" {
+		if c.ResumeKeyFile != "" {
+			return nil, errors.New("--resume-key and --resume-key-file are exclusive; give one")
+		}
+		k, err := operator.ParseResumeKey(resumeKey)
+		if err != nil {
+			return nil, fmt.Errorf("--resume-key: %w", err)
+		}
+		c.ResumeKey = k
+	}
 	c.Tools = flagenv.SplitList(tools)
 	c.ToolEnv = flagenv.SplitList(toolEnv)
 	c.ToolReadOnly = flagenv.SplitList(toolReadOnly)
