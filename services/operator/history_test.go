@@ -2,13 +2,20 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
@@ -18,6 +25,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/state"
@@ -120,5 +128,172 @@ func TestHistoryUnavailable(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, errs.ReasonRetryable)
 	if !strings.Contains(err.Error(), "s-down") {
 		t.Fatalf("%v does not name the session", err)
+	}
+}
+
+// writeSession writes n history entries of one user message each ("0",
+// "1", ...) to the session sid, as the orchestrator applies them.
+func writeSession(t testing.TB, st statev1.StateServiceClient, sid string, n int) {
+	t.Helper()
+	for i := range n {
+		b, err := protojson.Marshal(content.Text(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		v, err := structpb.NewValue(map[string]any{"version": 1, "messages": []any{map[string]any{"role": "user", "content": c}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("%s%06d", operator.HistoryPrefix, i)
+		if _, err := st.Write(context.Background(), &statev1.WriteRequest{Scope: scope.Session(sid), Key: key, Value: v, Unindexed: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// oldState is a StateService client of a State that predates List's
+// include_values and reverse (it drops them, as such a server ignores
+// unknown fields); keepValues keeps include_values, for one that knows
+// values but not reverse.
+type oldState struct {
+	statev1.StateServiceClient
+	keepValues bool
+}
+
+func (o oldState) List(ctx context.Context, in *statev1.ListRequest, opts ...grpc.CallOption) (*statev1.ListResponse, error) {
+	in = proto.CloneOf(in)
+	in.Reverse = false
+	if !o.keepValues {
+		in.IncludeValues = false
+	}
+	return o.StateServiceClient.List(ctx, in, opts...)
+}
+
+func msgTexts(msgs []provider.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Parts[0].Text
+	}
+	return out
+}
+
+func counting(from, to int) []string {
+	out := []string{}
+	for i := from; i < to; i++ {
+		out = append(out, strconv.Itoa(i))
+	}
+	return out
+}
+
+// TestHistoryListsValues: Load reads a session's last entries, in order,
+// with one List and no Read from a State that lists values.
+func TestHistoryListsValues(t *testing.T) {
+	_, st := startState(t)
+	writeSession(t, st, "long", 30)
+	for _, tt := range []struct {
+		sid      string
+		max      int
+		from, to int
+		lists    int32
+	}{
+		{"long", 0, 0, 30, 1},
+		{"long", 10, 20, 30, 1},
+		{"long", 30, 0, 30, 1},
+		{"long", 1000, 0, 30, 1},
+		{"new", 10, 0, 0, 1},
+	} {
+		c := &countingState{StateServiceClient: st}
+		msgs, err := operator.NewStateHistory(c, nil).Load(ctxT(t), tt.sid, tt.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := msgTexts(msgs), counting(tt.from, tt.to); !slices.Equal(got, want) {
+			t.Errorf("session %s, max %d: got %v, want %v", tt.sid, tt.max, got, want)
+		}
+		if c.lists.Load() != tt.lists || c.reads.Load() != 0 {
+			t.Errorf("session %s, max %d: %d List and %d Read calls, want %d and none", tt.sid, tt.max, c.lists.Load(), c.reads.Load(), tt.lists)
+		}
+	}
+}
+
+// TestHistoryFallback: from a State that returns no values (or lists in
+// ascending order whatever reverse says), Load reads the same history by
+// List and one Read per entry; NewStateHistory remembers it and asks no
+// more for values, a literal StateHistory asks each time.
+func TestHistoryFallback(t *testing.T) {
+	_, st := startState(t)
+	writeSession(t, st, "s", 12)
+	for _, keepValues := range []bool{false, true} {
+		c := &countingState{StateServiceClient: oldState{st, keepValues}}
+		h := operator.NewStateHistory(c, harness.Quiet())
+		for round := range 3 {
+			lists, reads := c.lists.Load(), c.reads.Load()
+			msgs, err := h.Load(ctxT(t), "s", 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := msgTexts(msgs), counting(7, 12); !slices.Equal(got, want) {
+				t.Fatalf("values kept %t, load %d: got %v, want %v", keepValues, round, got, want)
+			}
+			wantLists := int32(1)
+			if round == 0 {
+				wantLists = 2 // the List with values, then the keys
+			}
+			if l, r := c.lists.Load()-lists, c.reads.Load()-reads; l != wantLists || r != 5 {
+				t.Errorf("values kept %t, load %d: %d List and %d Read calls, want %d and 5", keepValues, round, l, r, wantLists)
+			}
+		}
+	}
+	// Not remembered: each Load asks for values first.
+	c := &countingState{StateServiceClient: oldState{StateServiceClient: st}}
+	for range 2 {
+		lists := c.lists.Load()
+		msgs, err := operator.StateHistory{Client: c}.Load(ctxT(t), "s", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := msgTexts(msgs); !slices.Equal(got, counting(0, 12)) {
+			t.Fatalf("literal StateHistory: got %v", got)
+		}
+		if l := c.lists.Load() - lists; l != 2 {
+			t.Errorf("literal StateHistory: %d List calls, want 2", l)
+		}
+	}
+}
+
+// BenchmarkHistoryLoad loads a session of n entries from a real State
+// (memory backend, loopback gRPC) with one List with values (api=list)
+// and, as from a State without values, List and n Reads (api=read).
+func BenchmarkHistoryLoad(b *testing.B) {
+	addr := harness.Serve(b, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{
+			Server: grpcserver.Config{Name: "state", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:    harness.Quiet(), Listener: lis, Backend: state.BackendMemory,
+		})
+	})
+	st := statev1.NewStateServiceClient(harness.Dial(b, addr))
+	for _, n := range []int{1, 10, 100} {
+		sid := fmt.Sprintf("bench-%d", n)
+		writeSession(b, st, sid, n)
+		for _, api := range []string{"list", "read"} {
+			var c statev1.StateServiceClient = st
+			if api == "read" {
+				c = oldState{StateServiceClient: st}
+			}
+			h := operator.NewStateHistory(c, harness.Quiet())
+			b.Run(fmt.Sprintf("entries=%d/api=%s", n, api), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					msgs, err := h.Load(context.Background(), sid, 0)
+					if err != nil || len(msgs) != n {
+						b.Fatalf("%d messages, %v", len(msgs), err)
+					}
+				}
+			})
+		}
 	}
 }
