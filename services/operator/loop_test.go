@@ -240,7 +240,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown allowed tool", &operatorv1.OperatorInput{Message: content.Text("x"), Config: &operatorv1.OperatorConfig{AllowedTools: &operatorv1.AllowedTools{Names: []string{"rm_rf"}}}}, codes.InvalidArgument, "rm_rf"},
 		{"bad money", &operatorv1.OperatorInput{Message: content.Text("x"), Config: &operatorv1.OperatorConfig{MaxCost: &typesv1.Money{Amount: "-1"}}}, codes.InvalidArgument, "amount"},
 		{"session without state", &operatorv1.OperatorInput{Message: content.Text("x"), SessionId: &sid}, codes.FailedPrecondition, "state"},
-		{"resume", &operatorv1.OperatorInput{Message: content.Text("x"), Resume: &operatorv1.Resume{ResumeToken: "t"}}, codes.FailedPrecondition, "resume"},
+		{"resume with a token not issued here", &operatorv1.OperatorInput{Message: content.Text("x"), Resume: &operatorv1.Resume{ResumeToken: "t"}}, codes.InvalidArgument, "resume_token"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
