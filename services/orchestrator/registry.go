@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -115,6 +116,9 @@ type AgentDefaults struct {
 	// conversation longer than the model's context is fitted into it
 	// (UNSPECIFIED: the operator's --compaction).
 	ContextStrategy operatorv1.ContextStrategy
+	// ToolApprovals is OperatorConfig.tool_approvals: which tool calls
+	// wait for a person's approval, by tool name ("*": any other tool).
+	ToolApprovals map[string]operatorv1.ToolApproval
 	// Metadata is merged into the input's metadata; keys in the input win.
 	Metadata *structpb.Struct
 }
@@ -281,6 +285,9 @@ func LoadRegistry(path string) (*Registry, error) {
 //   - context_strategy: compact (summarise older turns), truncate (drop
 //     them) or none (a conversation that does not fit fails); absent: the
 //     operator's --compaction.
+//   - tool_approvals: a mapping of tool name ("*": every tool not named)
+//     to never, always (every call waits for a person's approval) or ask
+//     (calls wait unless the tool is read-only).
 //   - metadata: a mapping merged into every invocation's metadata.
 //   - retry: max_attempts (1 to 20, counting the first; default 3),
 //     initial_backoff (default 200ms) and max_backoff (default 5s),
@@ -390,6 +397,9 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.ContextStrategy == operatorv1.ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED {
 		cfg.ContextStrategy = d.ContextStrategy
 	}
+	if len(cfg.ToolApprovals) == 0 && len(d.ToolApprovals) > 0 {
+		cfg.ToolApprovals = maps.Clone(d.ToolApprovals)
+	}
 	if out.Config != nil || proto.Size(cfg) > 0 {
 		out.Config = cfg
 	}
@@ -410,26 +420,36 @@ var contextStrategies = map[string]operatorv1.ContextStrategy{
 	"none":     operatorv1.ContextStrategy_CONTEXT_STRATEGY_NONE,
 }
 
+// toolApprovals are the tool_approvals values of the file, by name (the
+// names of layer0.agent.v1.ApprovalPolicy: ask waits for calls of tools
+// that are not read-only).
+var toolApprovals = map[string]operatorv1.ToolApproval{
+	"never":  operatorv1.ToolApproval_TOOL_APPROVAL_NEVER,
+	"always": operatorv1.ToolApproval_TOOL_APPROVAL_ALWAYS,
+	"ask":    operatorv1.ToolApproval_TOOL_APPROVAL_UNLESS_READ_ONLY,
+}
+
 // agentEntry is one agent (or the defaults) as written in the file. A nil
 // pointer or RawMessage is an absent field.
 type agentEntry struct {
-	ID             *string         `json:"id"`
-	Operator       *string         `json:"operator"`
-	Environment    *string         `json:"environment"`
-	Spec           json.RawMessage `json:"spec"`
-	Model          *string         `json:"model"`
-	DowngradeModel *string         `json:"downgrade_model"`
-	Budget         json.RawMessage `json:"budget"`
-	MaxCost        json.RawMessage `json:"max_cost"`
-	MaxTurns       json.RawMessage `json:"max_turns"`
-	MaxDuration    json.RawMessage `json:"max_duration"`
-	AllowedTools   []string        `json:"allowed_tools"` // [] is non-nil
-	SystemAddendum *string         `json:"system_addendum"`
-	SearchableHist *bool           `json:"searchable_history"`
-	SessionHist    *bool           `json:"session_history"`
-	ContextStrat   *string         `json:"context_strategy"`
-	Metadata       json.RawMessage `json:"metadata"`
-	Retry          *retryEntry     `json:"retry"`
+	ID             *string           `json:"id"`
+	Operator       *string           `json:"operator"`
+	Environment    *string           `json:"environment"`
+	Spec           json.RawMessage   `json:"spec"`
+	Model          *string           `json:"model"`
+	DowngradeModel *string           `json:"downgrade_model"`
+	Budget         json.RawMessage   `json:"budget"`
+	MaxCost        json.RawMessage   `json:"max_cost"`
+	MaxTurns       json.RawMessage   `json:"max_turns"`
+	MaxDuration    json.RawMessage   `json:"max_duration"`
+	AllowedTools   []string          `json:"allowed_tools"` // [] is non-nil
+	SystemAddendum *string           `json:"system_addendum"`
+	SearchableHist *bool             `json:"searchable_history"`
+	SessionHist    *bool             `json:"session_history"`
+	ContextStrat   *string           `json:"context_strategy"`
+	ToolApprovals  map[string]string `json:"tool_approvals"`
+	Metadata       json.RawMessage   `json:"metadata"`
+	Retry          *retryEntry       `json:"retry"`
 	// Fields of the stored definitions (issue 20) that the file can seed.
 	Instructions  *string           `json:"instructions"`
 	Description   *string           `json:"description"`
@@ -693,6 +713,16 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 			return nil, p.errorf(where, "context_strategy %q: want compact, truncate or none (leave it out for the operator's default)", *e.ContextStrat)
 		}
 		d.ContextStrategy = cs
+	}
+	if e.ToolApprovals != nil {
+		d.ToolApprovals = map[string]operatorv1.ToolApproval{}
+		for tool, v := range e.ToolApprovals {
+			a, ok := toolApprovals[v]
+			if !ok || tool == "" {
+				return nil, p.errorf(where, "tool_approvals: %q: %q: want a tool name (or \"*\") mapped to never, always or ask", tool, v)
+			}
+			d.ToolApprovals[tool] = a
+		}
 	}
 	if isSet(e.Metadata) {
 		md := &structpb.Struct{}

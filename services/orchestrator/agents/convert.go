@@ -41,10 +41,11 @@ var (
 //   - memory.session_history and context_strategy:
 //     OperatorConfig.session_history and context_strategy (the same
 //     strategies by name);
-//   - delegation.allowed_agents: the allowlist the workflow enforces.
+//   - delegation.allowed_agents: the allowlist the workflow enforces;
+//   - tool_approvals: OperatorConfig.tool_approvals (ALWAYS and NEVER
+//     alike, ASK as UNLESS_READ_ONLY), which the operator enforces.
 //
-// The approval policy and memory.readable_scopes are stored and returned,
-// not yet enforced: the approval flow comes with run steering, and
+// memory.readable_scopes is stored and returned, not yet enforced:
 // nothing reads memory by scope until the recall tools do.
 func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	d := a.GetDefinition()
@@ -86,6 +87,12 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 		def.SessionHistory = proto.Bool(m.GetSessionHistory())
 	}
 	def.ContextStrategy = ContextStrategy(d.GetContextStrategy())
+	for tool, p := range d.GetToolApprovals() {
+		if def.ToolApprovals == nil {
+			def.ToolApprovals = map[string]operatorv1.ToolApproval{}
+		}
+		def.ToolApprovals[tool] = ToolApproval(p)
+	}
 	if md := d.GetMetadata(); len(md.GetFields()) > 0 {
 		def.Metadata = md
 	}
@@ -109,6 +116,20 @@ func ModelParameters(m *agentv1.ModelSettings) *operatorv1.ModelParameters {
 	// The same efforts by name (the operator's enum also has MINIMAL).
 	p.ReasoningEffort = operatorv1.ReasoningEffort(operatorv1.ReasoningEffort_value[m.GetReasoningEffort().String()])
 	return p
+}
+
+// ToolApproval is the OperatorConfig.tool_approvals value of an
+// approval policy: ASK waits for calls of tools that are not read-only.
+func ToolApproval(p agentv1.ApprovalPolicy) operatorv1.ToolApproval {
+	switch p {
+	case agentv1.ApprovalPolicy_APPROVAL_POLICY_ALWAYS:
+		return operatorv1.ToolApproval_TOOL_APPROVAL_ALWAYS
+	case agentv1.ApprovalPolicy_APPROVAL_POLICY_ASK:
+		return operatorv1.ToolApproval_TOOL_APPROVAL_UNLESS_READ_ONLY
+	case agentv1.ApprovalPolicy_APPROVAL_POLICY_NEVER:
+		return operatorv1.ToolApproval_TOOL_APPROVAL_NEVER
+	}
+	return operatorv1.ToolApproval_TOOL_APPROVAL_UNSPECIFIED
 }
 
 // ContextStrategy is the OperatorConfig.context_strategy of an agent's
@@ -198,6 +219,19 @@ func FromAgent(a *orchestrator.Agent) *agentv1.Agent {
 		}
 	}
 	d.ContextStrategy = agentv1.ContextStrategy(agentv1.ContextStrategy_value[def.ContextStrategy.String()])
+	for tool, a := range def.ToolApprovals {
+		if d.ToolApprovals == nil {
+			d.ToolApprovals = map[string]agentv1.ApprovalPolicy{}
+		}
+		switch a {
+		case operatorv1.ToolApproval_TOOL_APPROVAL_ALWAYS:
+			d.ToolApprovals[tool] = agentv1.ApprovalPolicy_APPROVAL_POLICY_ALWAYS
+		case operatorv1.ToolApproval_TOOL_APPROVAL_UNLESS_READ_ONLY:
+			d.ToolApprovals[tool] = agentv1.ApprovalPolicy_APPROVAL_POLICY_ASK
+		default:
+			d.ToolApprovals[tool] = agentv1.ApprovalPolicy_APPROVAL_POLICY_NEVER
+		}
+	}
 	if len(def.Metadata.GetFields()) > 0 {
 		d.Metadata = proto.CloneOf(def.Metadata)
 	}

@@ -301,9 +301,12 @@ type AgentDefinition struct {
 	Model *ModelSettings `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
 	// The tools the agent may use. Unset: the operator deployment's.
 	Tools *Tools `protobuf:"bytes,6,opt,name=tools,proto3" json:"tools,omitempty"`
-	// Approval policy per tool name (a built-in, effect or MCP tool). The
-	// policy is stored and returned; enforcing it (pausing a run for a
-	// person's decision) comes with run steering and is not done yet.
+	// Approval policy per tool name (a built-in, effect or MCP tool, as
+	// offered to the model; "*" for every tool not named). A call that
+	// waits is not run: the workflow suspends, lists it in
+	// Workflow.pending_approvals, and resumes once
+	// OrchestratorService.DecideApprovals decides it (OperatorConfig
+	// tool_approvals carries the policy to the operator).
 	ToolApprovals map[string]ApprovalPolicy `protobuf:"bytes,7,rep,name=tool_approvals,json=toolApprovals,proto3" json:"tool_approvals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=layer0.agent.v1.ApprovalPolicy"`
 	// The agents this one may delegate or hand off to. Unset: any agent.
 	// Set and empty: none. A Delegate or Handoff naming an agent outside it
