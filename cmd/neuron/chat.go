@@ -105,7 +105,7 @@ func (c *cli) cmdChat(ctx context.Context, args []string) error {
 	st := cn
 	st.service, st.addr, st.timeout = "State service", stateAddr, 5*time.Second
 	ch := &chat{
-		out: c.stdout, client: orchestratorv1.NewOrchestratorServiceClient(cc), state: st,
+		out: &syncWriter{w: c.stdout}, client: orchestratorv1.NewOrchestratorServiceClient(cc), state: st,
 		agent: pos[0], session: session, addr: cn.addr, sigint: c.interrupts, color: c.terminal,
 	}
 	if ch.sigint == nil {
@@ -115,9 +115,9 @@ func (c *cli) cmdChat(ctx context.Context, args []string) error {
 		ch.sigint = sig
 	}
 	if f, ok := c.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		ch.in = newTTYInput(f, c.stdout)
+		ch.in = newTTYInput(f, ch.out)
 	} else {
-		ch.in = &plainInput{r: c.stdin, w: c.stdout, sigint: ch.sigint}
+		ch.in = &plainInput{r: c.stdin, w: ch.out, sigint: ch.sigint}
 	}
 	fmt.Fprintf(c.stdout, "chat with %s · session %s (go on later: neuron chat %s --session %s)\n", ch.agent, session, ch.agent, session)
 	fmt.Fprintln(c.stdout, ch.dim("/history the session's turns · /cost what this chat spent · /quit leaves · Ctrl-C cancels a running answer"))
@@ -246,12 +246,18 @@ func (ch *chat) turn(ctx context.Context, text string) {
 					cancel()
 					break
 				}
+				// The answer goes on once decided: its lines wait for
+				// this one.
+				view.mu.Lock()
 				resp, err := ch.client.DecideApprovals(ctx, &orchestratorv1.DecideApprovalsRequest{WorkflowId: id, Decisions: decisions})
+				if err == nil {
+					fmt.Fprintln(ch.out, ch.dim(fmt.Sprintf("decision recorded (sequence %d)", resp.GetSequence())))
+				}
+				view.mu.Unlock()
 				if err != nil {
 					ch.errorLine(err)
 					continue // ask again
 				}
-				fmt.Fprintln(ch.out, ch.dim(fmt.Sprintf("decision recorded (sequence %d)", resp.GetSequence())))
 				break
 			}
 		case e := <-ends:
@@ -501,4 +507,3 @@ func (t *ttyInput) readLine(_ context.Context, prompt string) (string, error) {
 	}
 	return line, err
 }
-
