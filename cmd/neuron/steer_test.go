@@ -447,4 +447,3 @@ func TestChatPiped(t *testing.T) {
 		}
 	}
 }
-
