@@ -18,8 +18,11 @@ import (
 // a fake operator (fakeAddr): the operator service answers shortly before
 // its caller's deadline (EXIT_KIND_TIMEOUT), however long a scripted
 // delay, and Slow must not answer at all; the scripted model cannot
-// suspend and the operator service refuses resumed inputs.
-func conformanceAgents(t *testing.T, opAddr, fakeAddr string) []byte {
+// suspend and the operator service refuses resumed inputs. Approver and
+// Streamer run on a fake operator that streams (streamAddr): the
+// Approver's calls to approve are fixed, and the Streamer's call must
+// stay in flight with its progress sent.
+func conformanceAgents(t *testing.T, opAddr, fakeAddr, streamAddr string) []byte {
 	retry := map[string]any{"max_attempts": 3, "initial_backoff": "1ms", "max_backoff": "5ms"}
 	return registryYAML(t,
 		map[string]any{"id": conformance.DefaultAnswerAgent, "operator": opAddr, "retry": retry,
@@ -31,6 +34,8 @@ func conformanceAgents(t *testing.T, opAddr, fakeAddr string) []byte {
 				{"text": "Written.", "cost": "0.001"},
 			})},
 		map[string]any{"id": conformance.DefaultSuspendAgent, "operator": fakeAddr, "retry": retry},
+		map[string]any{"id": conformance.DefaultApproverAgent, "operator": streamAddr, "retry": retry},
+		map[string]any{"id": conformance.DefaultStreamerAgent, "operator": streamAddr, "retry": retry},
 	)
 }
 
@@ -51,8 +56,28 @@ func suspendEveryCall(_ context.Context, in *operatorv1.OperatorInput) (*operato
 	}, nil
 }
 
+// approveThenReport is the Approver agent: a first call waits for the
+// approval of the two calls the suite expects; a resumed call reports the
+// decisions it received.
+func approveThenReport(_ context.Context, in *operatorv1.OperatorInput, _ func(*operatorv1.ExecuteStreamResponse)) (*operatorv1.OperatorOutput, error) {
+	if r := in.GetResume(); r != nil {
+		return done(in, conformance.Decided(r.GetToolDecisions()), "0.001"), nil
+	}
+	return suspendFor(in, "conformance-"+in.GetDispatch().GetDispatchId(),
+		pendingCall(conformance.ApproverCall1, conformance.ApproverTool1, map[string]any{"path": "conformance.txt"}),
+		pendingCall(conformance.ApproverCall2, conformance.ApproverTool2, map[string]any{"cmd": "true"})), nil
+}
+
+// streamUntilCancelled is the Streamer agent: every call sends its text
+// delta, then waits until it is cancelled or its deadline passes.
+func streamUntilCancelled(ctx context.Context, _ *operatorv1.OperatorInput, emit func(*operatorv1.ExecuteStreamResponse)) (*operatorv1.OperatorOutput, error) {
+	emit(delta(conformance.StreamerText))
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
 // conformanceTarget starts what the suite's agents need (a State
-// service, the real operator and a fake one) and returns the target
+// service, the real operator and two fake ones) and returns the target
 // for an orchestrator started by startOrch over the registry.
 func conformanceTarget(t *testing.T, startOrch func(registry []byte, stateAddr string) *orch) conformance.Target {
 	stateAddr, _, _ := startState(t)
@@ -61,7 +86,11 @@ func conformanceTarget(t *testing.T, startOrch func(registry []byte, stateAddr s
 		conformance.DefaultSlowAgent:    blockUntilCancelled,
 		conformance.DefaultSuspendAgent: suspendEveryCall,
 	})
-	o := startOrch(conformanceAgents(t, opAddr, fakeAddr), stateAddr)
+	_, streamAddr := startStreamingFake(t, map[string]streamBehaviour{
+		conformance.DefaultApproverAgent: approveThenReport,
+		conformance.DefaultStreamerAgent: streamUntilCancelled,
+	})
+	o := startOrch(conformanceAgents(t, opAddr, fakeAddr, streamAddr), stateAddr)
 	return conformance.Target{Conn: dial(t, o.addr), State: dial(t, stateAddr)}
 }
 

@@ -23,6 +23,8 @@ var (
 	slowAgent      = flag.String("slow-agent", conformance.DefaultSlowAgent, "id of the Slow agent")
 	suspendAgent   = flag.String("suspend-agent", conformance.DefaultSuspendAgent, "id of the Suspend agent")
 	writerAgent    = flag.String("writer-agent", conformance.DefaultWriterAgent, "id of the Writer agent")
+	approverAgent  = flag.String("approver-agent", conformance.DefaultApproverAgent, "id of the Approver agent")
+	streamerAgent  = flag.String("streamer-agent", conformance.DefaultStreamerAgent, "id of the Streamer agent")
 	waitTimeout    = flag.Duration("wait-timeout", conformance.DefaultWaitTimeout, "bound of each wait for a workflow's status")
 	listWait       = flag.Duration("list-wait", conformance.DefaultListWait, "bound of each wait for ListWorkflows to show a change")
 )
@@ -37,6 +39,7 @@ func TestConformance(t *testing.T) {
 		Conn: dial(t, grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile}),
 		Agents: conformance.Agents{
 			Answer: *answerAgent, Slow: *slowAgent, Suspend: *suspendAgent, Writer: *writerAgent,
+			Approver: *approverAgent, Streamer: *streamerAgent,
 		},
 		WaitTimeout: *waitTimeout,
 		ListWait:    *listWait,

@@ -28,10 +28,12 @@ import (
 
 // The agent ids assumed when Agents leaves them empty.
 const (
-	DefaultAnswerAgent  = "conformance-answer"
-	DefaultSlowAgent    = "conformance-slow"
-	DefaultSuspendAgent = "conformance-suspend"
-	DefaultWriterAgent  = "conformance-writer"
+	DefaultAnswerAgent   = "conformance-answer"
+	DefaultSlowAgent     = "conformance-slow"
+	DefaultSuspendAgent  = "conformance-suspend"
+	DefaultWriterAgent   = "conformance-writer"
+	DefaultApproverAgent = "conformance-approver"
+	DefaultStreamerAgent = "conformance-streamer"
 )
 
 // What the Writer agent writes: the JSON string WriterValue under
@@ -102,6 +104,13 @@ type Agents struct {
 	// Writer emits one WriteMemory effect (WriterKey = WriterValue in
 	// its workflow's scope) and completes.
 	Writer string
+	// Approver's first call exits SUSPENDED waiting for the approval of
+	// two tool calls (ApproverCall1 and ApproverCall2); a call resumed
+	// with their decisions completes reporting them (Decided).
+	Approver string
+	// Streamer sends StreamerText as a text delta at the start of every
+	// call, then takes at least SlowAtLeast unless cancelled.
+	Streamer string
 }
 
 func (a Agents) withDefaults() Agents {
@@ -114,6 +123,8 @@ func (a Agents) withDefaults() Agents {
 	def(&a.Slow, DefaultSlowAgent)
 	def(&a.Suspend, DefaultSuspendAgent)
 	def(&a.Writer, DefaultWriterAgent)
+	def(&a.Approver, DefaultApproverAgent)
+	def(&a.Streamer, DefaultStreamerAgent)
 	return a
 }
 
@@ -196,6 +207,9 @@ func groups() []group {
 		{"CallerGivesUp", testCallerGivesUp},
 		{"DispatchMany", testDispatchMany},
 		{"ListWorkflows", testList},
+		{"WatchWorkflow", testWatch},
+		{"GetTranscript", testTranscript},
+		{"Approvals", testApprovals},
 	}
 }
 
