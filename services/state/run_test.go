@@ -177,3 +177,38 @@ func TestRunMiddlewareOutsideAudit(t *testing.T) {
 		t.Errorf("the halted write was audited (the middleware is inside the audit log): %s", out)
 	}
 }
+
+// TestRunMiddlewareListsNoValues: behind a store middleware, which sees
+// the values read on Read only, List answers include_values without
+// values (the caller reads each key, through the middleware); without
+// one, with them.
+func TestRunMiddlewareListsNoValues(t *testing.T) {
+	s := scope.Session("s")
+	for _, mw := range []StoreMiddleware{nil, haltWrites{}} {
+		store := NewMemory()
+		defer store.Close()
+		addr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+			return Run(ctx, Config{Server: devServer, Listener: lis, Store: store, Middleware: mw})
+		})
+		c := statev1.NewStateServiceClient(harness.Dial(t, addr))
+		for _, k := range []string{"a", "b"} {
+			if _, err := c.Write(ctx, &statev1.WriteRequest{Scope: s, Key: k, Value: str("value of " + k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := c.List(ctx, &statev1.ListRequest{Scope: s, IncludeValues: true, Reverse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if items := res.GetItems(); len(items) != 2 || items[0].GetKey() != "b" || items[1].GetKey() != "a" {
+			t.Fatalf("middleware %v: listed %v, want b, a", mw, items)
+		}
+		for _, it := range res.GetItems() {
+			if withValue := it.GetValue() != nil; withValue != (mw == nil) {
+				t.Errorf("middleware %v: key %q has a value: %t, want %t", mw, it.GetKey(), withValue, mw == nil)
+			} else if withValue && it.GetValue().GetStringValue() != "value of "+it.GetKey() {
+				t.Errorf("key %q listed with %v", it.GetKey(), it.GetValue())
+			}
+		}
+	}
+}
