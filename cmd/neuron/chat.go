@@ -388,7 +388,7 @@ func (ch *chat) storedHistory(ctx context.Context) ([]provider.Message, error) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, ch.state.timeout)
 	defer cancel()
-	return operator.StateHistory{Client: statev1.NewStateServiceClient(cc)}.Load(ctx, ch.session, 0)
+	return operator.NewStateHistory(statev1.NewStateServiceClient(cc), nil).Load(ctx, ch.session, 0)
 }
 
 // printMessage writes one stored message: who said it and its text, a
