@@ -317,7 +317,8 @@ func TestCallerStreamCancel(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			o := &streamOperator{hold: true, ended: make(chan error, 1)}
 			addr := serveOperator(t, o)
-			ctx, cancel := context.WithCancel(context.Background())
+			// The timeout only ends a test whose caller never cancels.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var got int
 			ctx = orchestrator.WithProgress(ctx, func(*operatorv1.ExecuteStreamResponse) {
