@@ -4,12 +4,19 @@
 // An invocation reads the session's history through a read-only State
 // client, assembles the system prompt (base + the input's addendum) and the
 // tools the input allows, then loops: pre-inference hooks, one model call,
-// post-inference hooks, tool calls (read-only tools of one response in
+// post-inference hooks, tool calls (each vetted first: schema, approval
+// policy, pre-tool-use hooks; then read-only tools of one response in
 // parallel, side-effecting ones in order; effect tools declare Effects
 // instead of running), and the exit checks (max turns, max cost, max
 // duration, the tool-failure circuit breaker, exit-check hooks). The new
 // conversation turns come back as a WriteMemory effect on the session
 // scope: the operator never writes state itself.
+//
+// A turn whose tool calls need a person's approval (tool_approvals, or a
+// hook's REQUIRE_APPROVAL) runs none of them: the invocation exits
+// SUSPENDED with a signed resume token carrying its state (approval.go,
+// resume.go), and an input resuming that token with the person's
+// decisions continues it, on this process or any sharing its resume key.
 //
 // The loop does not retry. A model failure surfaces as a status the caller
 // acts on: UNAVAILABLE with reason OPERATOR_RETRYABLE when a retry may
