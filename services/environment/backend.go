@@ -72,6 +72,14 @@ type Invocation struct {
 	// connections and streams. Nil when the service has no state service
 	// configured. Call stop when the run ends.
 	State func(path string) (stop func(), err error)
+	// Progress, when the caller streams (RunStream), takes the
+	// operator's progress events: a backend whose operator runs
+	// sandboxed serves it on a socket (Progress.Serve) and gives the
+	// operator its path in ProgressEnv; one that gets the events in
+	// process passes them to Progress.Send. Nil for Run. A backend
+	// that can do neither ignores it, and the stream carries only the
+	// result.
+	Progress *Progress
 	// Log is a logger carrying the invocation id; it scrubs the
 	// invocation's injected values from every record.
 	Log *slog.Logger

@@ -83,6 +83,10 @@ type envOptions struct {
 	readOnly []string
 	// maxConcurrent is Config.MaxConcurrent (0: the default).
 	maxConcurrent int
+	// binary replaces the operator binary (a stand-in the test built).
+	binary string
+	// progress is Config.Progress (zero: the defaults).
+	progress environment.ProgressLimits
 }
 
 // startEnv serves an environment service with the process backend on a
@@ -103,6 +107,10 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if o.defaults != nil {
 		d = *o.defaults
 	}
+	binary := o.binary
+	if binary == "" {
+		binary = operatorBinary(t)
+	}
 	cfg := environment.Config{
 		Server:             grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
 		Log:                log,
@@ -110,12 +118,13 @@ func startEnv(t *testing.T, o envOptions) *env {
 		ContainerBackend:   o.container,
 		ExtraBackends:      o.extra,
 		DataDir:            data,
-		OperatorBinary:     operatorBinary(t),
+		OperatorBinary:     binary,
 		OperatorArgs:       args,
 		ReadOnly:           o.readOnly,
 		SecretsDir:         secretsDir(t, o.secrets),
 		Defaults:           d,
 		MaxConcurrent:      o.maxConcurrent,
+		Progress:           o.progress,
 		EgressStaticHosts:  o.egressStaticHosts,
 		EgressAllowPrivate: o.egressAllowPrivate,
 		EgressCAFile:       o.egressCAFile,

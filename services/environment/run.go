@@ -117,6 +117,10 @@ type Config struct {
 	// DefaultMaxConcurrent; negative is an error.
 	MaxConcurrent int
 
+	// Progress bounds the progress events of each RunStream invocation;
+	// no flag sets it. Zero fields: DefaultProgressLimits.
+	Progress ProgressLimits
+
 	// EgressStaticHosts pins host names to ip:port addresses for the
 	// egress proxies, trusted as given (--egress-static-hosts), e.g. an
 	// internal model gateway. Names are matched case-insensitively.
@@ -239,6 +243,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Defaults:      cfg.Defaults,
 		Egress:        proxies,
 		MaxConcurrent: cfg.MaxConcurrent,
+		Progress:      cfg.Progress,
 		Log:           log,
 	}
 	if cfg.State.Target != "" {

@@ -52,6 +52,9 @@ type ServerConfig struct {
 	// a Run past it is RESOURCE_EXHAUSTED at once, never queued. Zero or
 	// less means DefaultMaxConcurrent.
 	MaxConcurrent int
+	// Progress bounds each RunStream invocation's progress events; zero
+	// fields take DefaultProgressLimits.
+	Progress ProgressLimits
 	// Log is the service logger.
 	Log *slog.Logger
 }
@@ -148,6 +151,67 @@ func (s *Server) names() string {
 
 // Run implements EnvironmentService.Run.
 func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
+	return s.invoke(ctx, req, nil)
+}
+
+// RunStream implements EnvironmentService.RunStream: Run, with the
+// operator's progress events sent as they come (checked, bounded and
+// scrubbed by Progress), then the result. The run goes on in another
+// goroutine while this one sends; a caller that reads slowly holds the
+// events in a bounded queue and then the operator itself, never more
+// memory. When the caller goes away the run is canceled.
+func (s *Server) RunStream(req *environmentv1.RunStreamRequest, stream environmentv1.EnvironmentService_RunStreamServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	lim := s.cfg.Progress.withDefaults()
+	q := newProgressQueue(lim.QueueBytes)
+	var (
+		resp *environmentv1.RunResponse
+		err  error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err = s.invoke(ctx, &environmentv1.RunRequest{Input: req.GetInput(), Spec: req.GetSpec()}, q)
+	}()
+	var sendErr error
+	send := func(it queued) {
+		if sendErr == nil {
+			if sendErr = stream.Send(&environmentv1.RunStreamResponse{Kind: &environmentv1.RunStreamResponse_Progress{Progress: it.ev}}); sendErr != nil {
+				cancel() // the caller is gone: stop the run
+			}
+		}
+		q.release(it.size)
+	}
+	for running := true; running; {
+		select {
+		case it := <-q.ch:
+			send(it)
+		case <-done:
+			running = false
+		}
+	}
+	// What was queued before the run ended.
+	for drained := false; !drained; {
+		select {
+		case it := <-q.ch:
+			send(it)
+		default:
+			drained = true
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	return stream.Send(&environmentv1.RunStreamResponse{Kind: &environmentv1.RunStreamResponse_Result{Result: resp}})
+}
+
+// invoke runs one invocation for Run (q nil) or RunStream (q takes the
+// progress events).
+func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *progressQueue) (*environmentv1.RunResponse, error) {
 	start := time.Now()
 	// One token per invocation, taken before any work: a full service
 	// answers at once instead of queueing callers or starting more
@@ -166,11 +230,26 @@ func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*envir
 	scrubber := inv.scrubber
 
 	// The backend enforces inv.Timeout itself and reports it; this
-	// context is only a safety net against a backend that hangs.
+	// context is only a safety net against a backend that hangs. A
+	// progress event that breaks the rules cancels it too, which stops
+	// the sandbox.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	ctx, cancel := context.WithTimeout(ctx, inv.Timeout+runGrace)
 	defer cancel()
-	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials))
+	if q != nil {
+		inv.Progress = newProgress(s.cfg.Progress, scrubber, q, stop, inv.Log)
+	}
+	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials), "stream", q != nil)
 	res, err := backend.Run(ctx, inv)
+	if inv.Progress != nil {
+		inv.Progress.finish()
+		if perr := inv.Progress.Err(); perr != nil {
+			// The run was stopped for its progress: that is why it
+			// ended, whatever the backend saw.
+			err = perr
+		}
+	}
 	if err != nil {
 		err = s.scrubError(scrubber, err)
 		if res != nil && len(res.Logs) > 0 {

@@ -37,6 +37,9 @@ const (
 	// StateSocket is the read-only state bridge's socket in the
 	// container, in a directory of its own.
 	StateSocket = "/run/neuron-state/state.sock"
+	// ProgressSocket is the socket the operator writes its progress
+	// events to (RunStream only), in a directory of its own.
+	ProgressSocket = "/run/neuron-progress/progress.sock"
 )
 
 // ContainerUser is the uid:gid the operator runs as: the services'
@@ -301,7 +304,7 @@ func (b *Backend) checkFilePath(p string) error {
 	if environment.IsSystemDir(p) || strings.HasPrefix(b.operatorPath, p+"/") {
 		return fmt.Errorf("file path %q would cover a system directory of the container", p)
 	}
-	for _, dir := range append([]string{EgressDir, path.Dir(StateSocket)}, environment.RuntimeDirs...) {
+	for _, dir := range append([]string{EgressDir, path.Dir(StateSocket), path.Dir(ProgressSocket)}, environment.RuntimeDirs...) {
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			return fmt.Errorf("file path %q is under %s, which the docker backend or the runtime owns", p, dir)
 		}

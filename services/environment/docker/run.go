@@ -114,6 +114,18 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		// Plaintext over a socket only this invocation's container sees.
 		args = append(args, "--state-addr", "unix://"+StateSocket, "--plaintext")
 	}
+	env := environment.CredentialEnv(inv.Credentials)
+	if inv.Progress != nil {
+		// RunStream: the operator writes its progress events to a
+		// socket of their own (environment.ProgressEnv).
+		m, stop, err := startSocket(dir, "progress", ProgressSocket, "the progress socket", inv.Progress.Serve)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		mounts = append(mounts, m)
+		env = append(env, environment.ProgressEnv+"="+ProgressSocket)
+	}
 	args = append(args, "--workspace", Workspace)
 	args = append(args, environment.OneShotArgs()...)
 	fm, err := writeFileCredentials(dir, inv.Credentials)
@@ -129,7 +141,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			Image:        image,
 			Entrypoint:   []string{b.operatorPath},
 			Cmd:          args,
-			Env:          environment.CredentialEnv(inv.Credentials),
+			Env:          env,
 			User:         ContainerUser,
 			WorkingDir:   Workspace,
 			AttachStdin:  true,

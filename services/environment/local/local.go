@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -64,12 +65,44 @@ func (b *Backend) Check(spec *environmentv1.EnvironmentSpec) error {
 func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*environment.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, inv.Timeout)
 	defer cancel()
-	resp, err := b.client.Execute(ctx, &operatorv1.ExecuteRequest{Input: inv.Input})
+	var out *operatorv1.OperatorOutput
+	var err error
+	if inv.Progress != nil {
+		out, err = b.stream(ctx, inv)
+	} else {
+		var resp *operatorv1.ExecuteResponse
+		resp, err = b.client.Execute(ctx, &operatorv1.ExecuteRequest{Input: inv.Input})
+		out = resp.GetOutput()
+	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("the invocation ran past its timeout of %v: %w", inv.Timeout, errs.DeadlineExceeded)
 		}
 		return nil, errs.FromGRPC(err)
 	}
-	return &environment.Result{Output: resp.GetOutput(), Usage: &environmentv1.ResourceUsage{}}, nil
+	return &environment.Result{Output: out, Usage: &environmentv1.ResourceUsage{}}, nil
+}
+
+// stream runs the invocation with ExecuteStream, passing its progress
+// events to inv.Progress, and returns the output.
+func (b *Backend) stream(ctx context.Context, inv *environment.Invocation) (*operatorv1.OperatorOutput, error) {
+	s, err := b.client.ExecuteStream(ctx, &operatorv1.ExecuteStreamRequest{Input: inv.Input})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("the operator's stream ended without an output: %w", errs.Internal)
+			}
+			return nil, err
+		}
+		if out := m.GetOutput(); out != nil {
+			return out, nil
+		}
+		if err := inv.Progress.Send(m); err != nil {
+			return nil, err
+		}
+	}
 }

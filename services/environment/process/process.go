@@ -9,7 +9,7 @@
 //     capabilities and no supplementary groups;
 //   - a private root (pivot_root into a tmpfs) holding only its
 //     workspace, the system directories and the operator binary
-//     read-only, and the invocation's egress and state sockets: no other
+//     read-only, and the invocation's egress, state and progress sockets: no other
 //     Unix socket of the host, no /proc, /sys, /run, /var or home
 //     directory exists for it;
 //   - a workspace that is a tmpfs of resources.disk (Config.DiskBytes,
@@ -253,6 +253,18 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		// Plaintext over a socket in the invocation's private directory.
 		argv = append(argv, "--state-addr", "unix://"+sock, "--plaintext")
 	}
+	if inv.Progress != nil {
+		// The operator's progress events, for RunStream. Tools do
+		// not get the variable (toolEnv); the socket takes one
+		// connection, the operator's.
+		sock := filepath.Join(dir, "progress.sock")
+		stop, err := inv.Progress.Serve(sock)
+		if err != nil {
+			return nil, fmt.Errorf("starting the progress socket: %v: %w", err, errs.Retryable)
+		}
+		defer stop()
+		env = append(env, environment.ProgressEnv+"="+sock)
+	}
 	// Tools get the env_var credentials and the egress socket too: the
 	// bash tool otherwise starts commands with a minimal environment.
 	if names := toolEnv(inv, env); names != "" {
@@ -264,7 +276,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			files = append(files, f.GetPath())
 		}
 	}
-	for _, sock := range []string{"egress.sock", "state.sock"} {
+	for _, sock := range []string{"egress.sock", "state.sock", "progress.sock"} {
 		if _, err := os.Stat(filepath.Join(dir, sock)); err == nil {
 			sockets = append(sockets, filepath.Join(dir, sock))
 		}
