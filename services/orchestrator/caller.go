@@ -117,7 +117,9 @@ func unreachable(err error) bool {
 
 // Call implements Caller. A service that is unreachable is waited for,
 // up to PeerDownHorizon since it was first found away and within ctx, and
-// the call is made again once it is back.
+// the call is made again once it is back; a call made again streams its
+// progress again from the start (a stream cut by a service going away
+// has already given some).
 func (c *GRPCCaller) Call(ctx context.Context, agent *Agent, in *operatorv1.OperatorInput) (*operatorv1.OperatorOutput, error) {
 	horizon := c.PeerDownHorizon
 	if horizon <= 0 {
