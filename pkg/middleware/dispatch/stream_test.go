@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -401,5 +403,45 @@ func TestChain(t *testing.T) {
 	_ = dispatch.Chain()(context.Background(), execute, nil, nil, nil, invoker)
 	if got := strings.Join(order, " "); got != "a> b> call <b <a call" {
 		t.Errorf("order %q", got)
+	}
+}
+
+// BenchmarkDispatch is one Execute through the orchestrator's local chain
+// (audit, budget) to an in-process agent: unary, and streamed with the
+// agent's three progress events.
+func BenchmarkDispatch(b *testing.B) {
+	a := &streamAgent{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	operatorv1.RegisterOperatorServiceServer(s, a)
+	go func() { _ = s.Serve(lis) }()
+	defer s.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	chain := dispatch.Chain(dispatch.AuditInterceptor(nil), dispatch.BudgetInterceptor())
+	ctx := dispatch.WithBudget(context.Background(), decimal.NullDecimal{Decimal: decimal.RequireFromString("1"), Valid: true})
+	unary := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return cc.Invoke(ctx, method, req, reply, opts...)
+	}
+	var s2 dispatch.Streamer
+	for _, bm := range []struct {
+		name    string
+		invoker grpc.UnaryInvoker
+	}{{"unary", unary}, {"stream", s2.Invoker(func(*operatorv1.ExecuteStreamResponse) {})}} {
+		b.Run(bm.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c := newCall(execute, "hello", nil)
+				if err := chain(ctx, c.method, c.req, c.reply, cc, bm.invoker); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
