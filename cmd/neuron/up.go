@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"context"
 	"fmt"
 	"io"
@@ -231,6 +233,9 @@ func (u *up) prepare() error {
 			return &exitError{code: exitFailure, msg: "up: --data-dir: " + err.Error()}
 		}
 	}
+	if err := resumeKey(u.abs("operator", "resume.key")); err != nil {
+		return &exitError{code: exitFailure, msg: "up: the operator's resume key: " + err.Error()}
+	}
 	reg, err := agentRegistry(registryConfig{
 		route: u.route, operatorAddr: *u.f.addrs["operator"], environmentAddr: *u.f.addrs["environment"],
 		scripted: u.modelVar == "", model: u.f.model,
@@ -245,6 +250,20 @@ func (u *up) prepare() error {
 	return nil
 }
 
+// resumeKey writes a random key signing the operator's resume tokens
+// to path, unless it exists: a workflow waiting for a tool approval can
+// then be resumed by the operator after a restart.
+func resumeKey(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	var k [32]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(hex.EncodeToString(k[:])+"\n"), 0o600)
+}
+
 // plan builds the children's command lines.
 func (u *up) plan() {
 	addr := func(name string) string { return *u.f.addrs[name] }
@@ -254,7 +273,7 @@ func (u *up) plan() {
 	args := map[string][]string{
 		"state": append(common("state"), "--data-dir", u.abs("state")),
 		"operator": append(common("operator"), "--state-addr", addr("state"), "--lifecycle-addr", addr("orchestrator"),
-			"--workspace", u.abs("operator", "workspace")),
+			"--workspace", u.abs("operator", "workspace"), "--resume-key-file", u.abs("operator", "resume.key")),
 		"environment": append(common("environment"), "--data-dir", u.abs("environment"),
 			"--operator-binary", filepath.Join(u.f.binDir, "operator"), "--state-addr", addr("state")),
 		"orchestrator": append(common("orchestrator"), "--agents", u.abs(demoAgentsFile), "--state-addr", addr("state"),
