@@ -132,6 +132,8 @@ type upProc struct {
 	// read is closed when all of the output has been read.
 	read chan struct{}
 	err  error
+	// crashed: the test killed services under it, so it does not exit 0.
+	crashed bool
 }
 
 func (p *upProc) output() string {
@@ -200,6 +202,9 @@ func startUpIn(t *testing.T, s upSetup, env []string, extra ...string) *upProc {
 		select { // the last lines may still be in the pipe
 		case <-p.read:
 		case <-time.After(10 * time.Second):
+		}
+		if p.crashed {
+			return
 		}
 		if p.err != nil {
 			t.Errorf("neuron up after SIGTERM: %v, want exit 0:\n%s", p.err, p.output())
