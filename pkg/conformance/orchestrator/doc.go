@@ -10,6 +10,7 @@
 //	    [-state-addr HOST:PORT] [-token-file F] [-state-token-file F] \
 //	    [-tls] [-ca F] [-server-name NAME] \
 //	    [-answer-agent ID] [-slow-agent ID] [-suspend-agent ID] [-writer-agent ID] \
+//	    [-approver-agent ID] [-streamer-agent ID] \
 //	    [-wait-timeout D] [-list-wait D]
 //
 // Without -addr that test skips; services/orchestrator's
@@ -27,7 +28,7 @@
 //
 // # What the deployment must provide
 //
-// The orchestrator's agent registry must hold four agents, by default
+// The orchestrator's agent registry must hold six agents, by default
 // with the ids below (Target.Agents or the -*-agent flags name others).
 // The suite dispatches each with a USER-triggered input holding a text
 // message, and never sets session_id, so operators keep no session
@@ -53,6 +54,20 @@
 //     ("conformance/written") in the workflow scope of the workflow the
 //     call runs in (DispatchContext.workflow_id), and completes. Any
 //     text and cost.
+//   - conformance-approver (Approver): a call without input.resume exits
+//     EXIT_KIND_SUSPENDED at once, with any resume token, no effects, and
+//     Suspension.tool_calls listing two calls waiting for approval:
+//     tool_use_id "call-1", name "write_file" (ApproverCall1,
+//     ApproverTool1) and tool_use_id "call-2", name "shell"
+//     (ApproverCall2, ApproverTool2); any input and reason. A resumed call
+//     (input.resume with tool_decisions) completes at once with the text
+//     Decided(tool_decisions): "ID=approved" or "ID=rejected" per
+//     decision, sorted by tool_use_id, separated by single spaces, such
+//     as "call-1=approved call-2=rejected". Any cost.
+//   - conformance-streamer (Streamer): every call streams (the operator
+//     serves ExecuteStream) a text delta "conformance streaming"
+//     (StreamerText) at its start, then behaves like Slow: it takes at
+//     least 30 seconds unless it is cancelled, and stops promptly then.
 //
 // Unknown agent ids are the run's namespace plus "-no-such-agent", which
 // the registry must not hold.
@@ -77,11 +92,12 @@
 //	        {scope: workflow, key: conformance/written, value: written by the conformance writer}}]},
 //	      {text: "Written."}]}}
 //
-// Slow and Suspend need an operator of their own: the operator service
-// answers before its caller's deadline, the scripted model cannot
-// suspend, and the operator service refuses a resumed input. The
-// reference test (services/orchestrator/conformance_test.go) serves a
-// fake operator in process for them.
+// Slow, Suspend, Approver and Streamer need an operator of their own: the
+// operator service answers before its caller's deadline, the scripted
+// model cannot suspend, and the operator service refuses a resumed input
+// it did not issue. The reference test
+// (services/orchestrator/conformance_test.go) serves fake operators in
+// process for them (one that streams, for Approver and Streamer).
 //
 // # What it checks
 //
@@ -156,6 +172,52 @@
 //     page_size. Listings are polled for up to the list wait (10s, or
 //     Target.ListWait), for implementations whose listing is eventually
 //     consistent.
+//   - WatchWorkflow: a watch of the Answer agent's workflow from its start
+//     (after_sequence 0) gets events of that workflow numbered 1, 2, ...
+//     (workflow_sequence, no gap, no repeat), then the end, last, agreeing
+//     with GetWorkflow (COMPLETED, steps, last_output); a workflow that has
+//     already ended gets the same log and end, and the same again on a
+//     second watch. A watch after a middle event's sequence gets exactly
+//     the events after it (equal to the first watch's), one after the
+//     last event only the end. While the Streamer's call runs, a watch
+//     gets its progress from the call's start (agent_id, step >= 1,
+//     dispatch_id, depth 0, index 1, the StreamerText delta), then, once
+//     the workflow is cancelled, its events and the end (CANCELED); with
+//     omit_progress a watch open during that call gets events and the end
+//     but no progress. A watch of the Approver's workflow waiting for
+//     approval stays open through DecideApprovals and ends with the
+//     workflow COMPLETED. An unknown workflow is NOT_FOUND (naming it),
+//     no workflow_id INVALID_ARGUMENT.
+//   - GetTranscript: after an Answer Dispatch, one step: step 1, the
+//     agent, a dispatch_id, depth 0, start and end times, no error, the
+//     input's text and dispatch context of the workflow, and the output
+//     Dispatch returned. A Suspend workflow resumed once by a signal has
+//     steps 1 and 2, listed alike in one page and in pages of one
+//     (next_page_token until the last), the second's input.resume set.
+//     Unknown workflow NOT_FOUND (naming it); page_size -1 or 101 and a
+//     page_token that is not one are INVALID_ARGUMENT. The transcript is
+//     polled for up to the list wait.
+//   - Approvals: the Approver's workflow is SUSPENDED with its two calls
+//     in pending_approvals (tool_use_id and name, workflow_id, agent_id,
+//     a step it made, request_time set); ListApprovals lists them with a
+//     workflow_id filter (in one page and in pages of one) and among
+//     every workflow's. ListApprovals page_size -1 or 1001 or a bad
+//     page_token is INVALID_ARGUMENT. DecideApprovals with no decision,
+//     one leaving call-2 undecided, one naming an unknown tool_use_id or
+//     deciding call-1 twice is INVALID_ARGUMENT (naming the call) and
+//     changes nothing; approving call-1 and rejecting call-2 returns a
+//     sequence > 0, not duplicate; the same request again (at once and
+//     after the workflow completed) returns duplicate true and that
+//     sequence; the workflow then completes with "call-1=approved
+//     call-2=rejected", after more steps, with no pending approval left
+//     (in GetWorkflow and ListApprovals); deciding the calls differently
+//     afterwards is FAILED_PRECONDITION. DecideApprovals of a COMPLETED
+//     workflow, of the Suspend agent's workflow (SUSPENDED without tool
+//     calls, whose pending_approvals is empty) and of a running Slow
+//     workflow is FAILED_PRECONDITION; of an unknown workflow NOT_FOUND
+//     (naming it).
+//
+// Budget changes of a running workflow (issue 21) have no checks yet.
 //
 // Waits for a workflow to reach a status poll GetWorkflow for up to 20s
 // (Target.WaitTimeout); everything else is a single call bounded by 30s.

@@ -66,7 +66,11 @@ func (s *suite) transcriptOf(t *testing.T, id string, n int) []*orchestratorv1.T
 func wantSteps(t *testing.T, what string, steps []*orchestratorv1.TranscriptStep, n int, agent string) {
 	t.Helper()
 	if len(steps) != n {
-		t.Fatalf("%s: %d steps %v; want %d", what, len(steps), steps, n)
+		var nums []uint64
+		for _, st := range steps {
+			nums = append(nums, st.GetStep())
+		}
+		t.Fatalf("%s: %d steps (numbered %v); want %d", what, len(steps), nums, n)
 	}
 	for i, st := range steps {
 		if st.GetStep() != uint64(i+1) || st.GetAgentId() != agent || st.GetDispatchId() == "" || st.GetDepth() != 0 {

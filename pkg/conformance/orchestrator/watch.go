@@ -345,8 +345,11 @@ func testWatchApproval(t *testing.T, s *suite) {
 	w.until(t, "an event of the suspended workflow", isEvent)
 	s.decide(t, id, approveFirst()...)
 	w.rest(t)
-	w.wantLog(t, id, 0, 2)
+	if st := w.end.GetStatus(); st != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED {
+		t.Fatalf("%s ended with the workflow %v; want the stream open while it waits for approval, and the end once the decision completed it", w.what(), st)
+	}
 	w.wantEnd(t, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	w.wantLog(t, id, 0, 2)
 }
 
 func testWatchUnknown(t *testing.T, s *suite) {
