@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -128,13 +129,22 @@ func testApprovalsList(t *testing.T, s *suite) {
 	id := wf.GetWorkflowId()
 	s.wantPending(t, "ListApprovals(workflow_id "+id+")", wf, s.listApprovals(t, id, 0))
 	s.wantPending(t, "ListApprovals(workflow_id "+id+", page_size 1)", wf, s.listApprovals(t, id, 1))
-	var ours []*orchestratorv1.PendingApproval
-	for _, p := range s.listApprovals(t, "", 0) {
-		if p.GetWorkflowId() == id {
-			ours = append(ours, p)
+	// Every workflow's, polled for up to the list wait (for
+	// implementations that list from an eventually consistent store).
+	deadline := time.Now().Add(s.listWait)
+	for {
+		var ours []*orchestratorv1.PendingApproval
+		for _, p := range s.listApprovals(t, "", 0) {
+			if p.GetWorkflowId() == id {
+				ours = append(ours, p)
+			}
 		}
+		if len(ours) >= 2 || time.Now().After(deadline) {
+			s.wantPending(t, "ListApprovals of every workflow, those of "+id, wf, ours)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	s.wantPending(t, "ListApprovals of every workflow, those of "+id, wf, ours)
 }
 
 func testApprovalsListBad(t *testing.T, s *suite) {

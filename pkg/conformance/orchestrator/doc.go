@@ -201,7 +201,7 @@
 //     in pending_approvals (tool_use_id and name, workflow_id, agent_id,
 //     a step it made, request_time set); ListApprovals lists them with a
 //     workflow_id filter (in one page and in pages of one) and among
-//     every workflow's. ListApprovals page_size -1 or 1001 or a bad
+//     every workflow's (polled for up to the list wait). ListApprovals page_size -1 or 1001 or a bad
 //     page_token is INVALID_ARGUMENT. DecideApprovals with no decision,
 //     one leaving call-2 undecided, one naming an unknown tool_use_id or
 //     deciding call-1 twice is INVALID_ARGUMENT (naming the call) and
