@@ -447,3 +447,35 @@ func TestChatPiped(t *testing.T) {
 		}
 	}
 }
+
+// TestChatEditReject: an approval answered e runs the call with the
+// input typed (a bad one is asked again), one answered n rejects it with
+// the reason typed.
+func TestChatEditReject(t *testing.T) {
+	f := newFakeOrch()
+	f.lockstep = true
+	addr := serveOrch(t, f)
+	c, out, _ := testCLI()
+	c.stdin = strings.NewReader("approve this\ne\n[1, 2]\ne\n{\"path\": \"b.txt\"}\napprove that\nn\ntoo risky\n")
+	c.interrupts = make(chan os.Signal)
+	if code := c.main(context.Background(), []string{"chat", "assistant", "--addr", addr}); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	got := out.String()
+	for _, want := range []string{"input as a JSON object:   not a JSON object; try again", `→ write({"path":"b.txt"})`,
+		"approved Hello, world", "rejected (too risky) Hello, world", "session chat-"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if len(f.order) != 2 {
+		t.Fatalf("%d turns, want 2", len(f.order))
+	}
+	d1, d2 := f.decisions[f.order[0]], f.decisions[f.order[1]]
+	if len(d1) != 1 || !d1[0].GetApproved() || d1[0].GetEditedInput().GetStructValue().GetFields()["path"].GetStringValue() != "b.txt" {
+		t.Errorf("edit: decisions %v", d1)
+	}
+	if len(d2) != 1 || d2[0].GetApproved() || d2[0].GetReason() != "too risky" || d2[0].GetDecidedBy() != "neuron chat" {
+		t.Errorf("reject: decisions %v", d2)
+	}
+}
