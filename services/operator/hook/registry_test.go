@@ -113,11 +113,13 @@ func inputJSON(v *structpb.Value) string {
 }
 
 func sameDecision(a, b Decision) bool {
-	return a.Kind == b.Kind && a.Reason == b.Reason && a.Hook == b.Hook && proto.Equal(a.NewInput, b.NewInput)
+	return a.Kind == b.Kind && a.Reason == b.Reason && a.Hook == b.Hook && proto.Equal(a.NewInput, b.NewInput) &&
+		a.NeedsApproval == b.NeedsApproval && a.ApprovalReason == b.ApprovalReason && a.ApprovalHook == b.ApprovalHook
 }
 
 func showDecision(d Decision) string {
-	return fmt.Sprintf("{%s reason=%q hook=%q input=%s}", d.Kind, d.Reason, d.Hook, inputJSON(d.NewInput))
+	return fmt.Sprintf("{%s reason=%q hook=%q input=%s approval=%v %q %q}", d.Kind, d.Reason, d.Hook, inputJSON(d.NewInput),
+		d.NeedsApproval, d.ApprovalReason, d.ApprovalHook)
 }
 
 // recorder makes hooks that record their calls and the tool input seen.
@@ -263,6 +265,31 @@ func TestRunPipeline(t *testing.T) {
 				{"INFO", "hook modified the tool input", "a", "HOOK_POINT_PRE_TOOL_USE"},
 				{"INFO", "hook halted the loop", "b", "HOOK_POINT_PRE_TOOL_USE"},
 			},
+		},
+		{
+			name:  "require approval goes on to later hooks",
+			point: preTool,
+			steps: []step{
+				{name: "a", act: RequireApproval("writes need a person")},
+				{name: "b", act: RequireApproval("second opinion")},
+				{name: "c", act: Modify(obj(t, bTxt), "redact")},
+			},
+			want: Decision{Kind: kModify, Reason: "redact", Hook: "c", NewInput: obj(t, bTxt),
+				NeedsApproval: true, ApprovalReason: "writes need a person", ApprovalHook: "a"},
+			wantCalls: []string{`a{"path":"a.txt"}`, `b{"path":"a.txt"}`, `c{"path":"a.txt"}`},
+			wantLog: []logLine{
+				{"INFO", "hook requires approval of the tool call", "a", "HOOK_POINT_PRE_TOOL_USE"},
+				{"INFO", "hook requires approval of the tool call", "b", "HOOK_POINT_PRE_TOOL_USE"},
+				{"INFO", "hook modified the tool input", "c", "HOOK_POINT_PRE_TOOL_USE"},
+			},
+		},
+		{
+			name:  "require approval outside pre tool use is misuse",
+			point: postInference,
+			steps: []step{{name: "a", act: RequireApproval("late")}},
+			want:  Decision{Kind: kContinue}, wantCalls: []string{`a{"path":"a.txt"}`},
+			wantLog: []logLine{{"WARN", "hook misuse: action only allowed at HOOK_POINT_PRE_TOOL_USE; continuing",
+				"a", "HOOK_POINT_POST_INFERENCE"}},
 		},
 		{
 			name:  "skip outside pre tool use is misuse",
