@@ -81,6 +81,11 @@ func TestBadConfig(t *testing.T) {
 		{"hook down", []string{"--dev", "--tools", "", "--hook-addr", freeAddr(t), "--hook-call-timeout", "300ms"}, "hook"},
 		{"stray argument", []string{"--dev", "serve"}, "unexpected arguments"},
 		{"MCP host with a scheme", []string{"--dev", "--tools", "", "--mcp-http-allow", "https://example.com"}, "--mcp-http-allow"},
+		{"short resume key", []string{"--dev", "--tools", "", "--resume-key", "abcd"}, "--resume-key: 2 bytes is too short"},
+		{"resume key not hex", []string{"--dev", "--tools", "", "--resume-key", "secret"}, "--resume-key: not hex"},
+		{"two resume keys", []string{"--dev", "--tools", "", "--resume-key", strings.Repeat("ab", 16), "--resume-key-file", writeFile(t, dir, "rk", strings.Repeat("ab", 16))}, "exclusive"},
+		{"missing resume key file", []string{"--dev", "--tools", "", "--resume-key-file", filepath.Join(dir, "nokey")}, "--resume-key-file"},
+		{"short resume key file", []string{"--dev", "--tools", "", "--resume-key-file", writeFile(t, dir, "short", "abcd\n")}, "too short"},
 		{"bad MCP credentials", []string{"--dev", "--tools", "", "--mcp-credentials", writeFile(t, dir, "creds.json", `{"credentials":{"x":{}}}`)}, "--mcp-credentials"},
 	}
 	for _, tt := range tests {
