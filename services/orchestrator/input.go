@@ -361,9 +361,12 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 	for _, s := range pending {
 		p := &typesv1.SignalPayload{}
 		_ = proto.Unmarshal(s.Payload, p)
-		if decided := approvalOf(in, p); decided {
-			// The decisions resume the operator's pending tool calls; the
-			// model is told of them as tool results, not as a message.
+		if n := approvalOf(in, p); n > 0 {
+			// The decisions resume the operator's pending tool calls and
+			// the model is told of them as tool results; the message an
+			// input must have says what happened (a resuming operator does
+			// not add it to the conversation).
+			in.Message.Blocks = append(in.Message.Blocks, content.TextBlock(fmt.Sprintf("[signal %s #%d] %d tool call(s) decided", p.GetSignalType(), s.Seq, n)))
 			list = append(list, map[string]any{"sequence": float64(s.Seq), "signal_type": p.GetSignalType()})
 			seqs = append(seqs, s.Seq)
 			continue
@@ -393,17 +396,18 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 }
 
 // approvalOf sets the resume of in to the decisions of p when p is the
-// first approval signal of a resume that waits for tool decisions.
-func approvalOf(in *operatorv1.OperatorInput, p *typesv1.SignalPayload) bool {
+// first approval signal of a resume that waits for tool decisions, and
+// returns how many it set (0: p is not that).
+func approvalOf(in *operatorv1.OperatorInput, p *typesv1.SignalPayload) int {
 	if p.GetSignalType() != ApprovalSignal || in.Resume == nil || len(in.Resume.ToolDecisions) > 0 {
-		return false
+		return 0
 	}
 	decisions, err := DecisionsOf(p)
 	if err != nil || len(decisions) == 0 {
-		return false
+		return 0
 	}
 	in.Resume.ToolDecisions = decisions
-	return true
+	return len(decisions)
 }
 
 // resultsInput is the input that gives an agent its delegations'

@@ -222,8 +222,8 @@ func testApprovals(t *testing.T, startOrch starter) {
 	if len(ins) != 2 || ins[1].GetResume().GetResumeToken() != "tok-"+ins[0].GetDispatch().GetDispatchId() {
 		t.Fatalf("inputs = %v", ins)
 	}
-	if len(ins[1].GetMessage().GetBlocks()) != 0 {
-		t.Fatalf("the decision was also folded in as text: %v", ins[1].GetMessage())
+	if got := content.TextOf(ins[1].GetMessage()); !strings.HasPrefix(got, "[signal approval #") || !strings.HasSuffix(got, "] 2 tool call(s) decided") {
+		t.Fatalf("the resuming input's message = %q, want a line saying the calls were decided (not their JSON)", got)
 	}
 	_, err = decide(approve1, reject2)
 	if err != nil { // still a retry of the decision taken
