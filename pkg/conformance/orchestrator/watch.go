@@ -185,12 +185,12 @@ func (w *watcher) summary() string {
 }
 
 // wantLog fails t unless the stream's events are those of workflow id
-// numbered after+1, after+2, ... without a gap or a repeat, at least
-// min of them.
-func (w *watcher) wantLog(t *testing.T, id string, after uint64, min int) {
+// numbered after+1, after+2, ... without a gap or a repeat, and at least
+// least of them.
+func (w *watcher) wantLog(t *testing.T, id string, after uint64, least int) {
 	t.Helper()
-	if len(w.events) < min {
-		t.Fatalf("%s sent %d events; want at least %d (%s)", w.what(), len(w.events), min, w.summary())
+	if len(w.events) < least {
+		t.Fatalf("%s sent %d events; want at least %d (%s)", w.what(), len(w.events), least, w.summary())
 	}
 	for i, e := range w.events {
 		if want := after + uint64(i) + 1; e.GetWorkflowSequence() != want {
