@@ -496,7 +496,11 @@ func ResultOf(dispatchID string, out *operatorv1.OperatorOutput) *StepResult {
 	res := &StepResult{Exit: out.GetExitReason().GetKind().String(), ResumeToken: out.GetExitReason().GetSuspension().GetResumeToken(),
 		Cost: OutputCost(out)}
 	for _, c := range out.GetExitReason().GetSuspension().GetToolCalls() {
-		res.Pending = append(res.Pending, PendingCall{ID: c.GetToolUseId(), Name: c.GetName(), Reason: c.GetReason()})
+		p := PendingCall{ID: c.GetToolUseId(), Name: c.GetName(), Reason: c.GetReason()}
+		if b, err := protojson.Marshal(c.GetInput()); err == nil && c.GetInput() != nil && len(b) <= MaxEventInput {
+			p.Input = b
+		}
+		res.Pending = append(res.Pending, p)
 	}
 	for i, eff := range out.GetEffects() {
 		ref := EffectRef{Kind: EffectKind(eff), Key: EffectKey(dispatchID, i, eff)}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -207,7 +208,13 @@ type StepResult struct {
 // reports it.
 type PendingCall struct {
 	ID, Name, Reason string
+	// Input is the call's arguments as JSON when at most MaxEventInput
+	// bytes; nil otherwise (Workflow.pending_approvals has them whole).
+	Input json.RawMessage
 }
+
+// MaxEventInput is the largest tool input an event carries.
+const MaxEventInput = 1 << 10
 
 // EffectRef is an effect of an output by reference, with what the
 // workflow decides on.

@@ -170,8 +170,26 @@ func testApprovals(t *testing.T, startOrch starter) {
 		t.Fatalf("pending approvals = %d, want 2: %v", got, wf.GetPendingApprovals())
 	}
 	p := wf.GetPendingApprovals()[1]
-	if p.GetAgentId() != "careful" || p.GetToolCall().GetName() != "shell" || p.GetRequestTime() == nil || p.GetDeadline() != nil {
+	if p.GetAgentId() != "careful" || p.GetToolCall().GetName() != "shell" || jsonOfValue(p.GetToolCall().GetInput()) != `{"cmd":"rm -rf /"}` ||
+		p.GetRequestTime() == nil || p.GetDeadline() != nil {
 		t.Fatalf("pending approval = %v", p)
+	}
+	// The suspended event lists the calls, with their (small) inputs.
+	stream, err := o.client.WatchWorkflow(ctx, &orchestratorv1.WatchWorkflowRequest{WorkflowId: id, OmitProgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the watch ended before the suspended event: %v", err)
+		}
+		if ev := resp.GetEvent().GetObservable(); ev.GetEventType() == "orchestrator.workflow.suspended" {
+			if got := jsonOfValue(ev.GetData().GetStructValue().GetFields()["approvals"]); got != `[{"input":{"path":"a.txt"},"name":"write_file","reason":"policy","tool_use_id":"call-1"},{"input":{"cmd":"rm -rf /"},"name":"shell","reason":"policy","tool_use_id":"call-2"}]` {
+				t.Fatalf("the suspended event's approvals = %s", got)
+			}
+			break
+		}
 	}
 	list := must[*orchestratorv1.ListApprovalsResponse](t)(o.client.ListApprovals(ctx, &orchestratorv1.ListApprovalsRequest{}))
 	if len(list.GetApprovals()) != 2 || list.GetApprovals()[0].GetWorkflowId() != id {
@@ -181,7 +199,7 @@ func testApprovals(t *testing.T, startOrch starter) {
 	if len(page.GetApprovals()) != 1 || page.GetNextPageToken() == "" {
 		t.Fatalf("page of 1 = %v, next %q", page.GetApprovals(), page.GetNextPageToken())
 	}
-	_, err := o.client.ListApprovals(ctx, &orchestratorv1.ListApprovalsRequest{PageToken: "bogus"})
+	_, err = o.client.ListApprovals(ctx, &orchestratorv1.ListApprovalsRequest{PageToken: "bogus"})
 	wantCode(t, err, codes.InvalidArgument, "page_token")
 
 	edited, _ := structpb.NewValue(map[string]any{"path": "b.txt"})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -287,7 +288,12 @@ func numbers(key string, seqs []uint64) field {
 func approvals(calls []PendingCall) *structpb.Value {
 	vals := make([]*structpb.Value, len(calls))
 	for i, c := range calls {
-		vals[i] = object(str("tool_use_id", c.ID), str("name", c.Name), str("reason", c.Reason))
+		v := object(str("tool_use_id", c.ID), str("name", c.Name), str("reason", c.Reason))
+		in := &structpb.Value{}
+		if c.Input != nil && protojson.Unmarshal(c.Input, in) == nil {
+			v.GetStructValue().Fields["input"] = in
+		}
+		vals[i] = v
 	}
 	return structpb.NewListValue(&structpb.ListValue{Values: vals})
 }

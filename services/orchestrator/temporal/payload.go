@@ -1,6 +1,7 @@
 package temporal
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -115,9 +116,10 @@ type callResult struct {
 
 // pendingCall is a tool call waiting for approval.
 type pendingCall struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Reason string `json:"reason,omitempty"`
+	ID     string          `json:"id"`
+	Name   string          `json:"name"`
+	Reason string          `json:"reason,omitempty"`
+	Input  json.RawMessage `json:"input,omitempty"`
 }
 
 // effectInfo is an effect by reference, with what the workflow decides on.
@@ -271,7 +273,7 @@ func resultOf(r *orchestrator.StepResult) *callResult {
 		out.Effects = append(out.Effects, effectInfo{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
 	}
 	for _, p := range r.Pending {
-		out.Pending = append(out.Pending, pendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason})
+		out.Pending = append(out.Pending, pendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason, Input: p.Input})
 	}
 	return out
 }
@@ -286,7 +288,7 @@ func (r *callResult) port(signals []uint64) *orchestrator.StepResult {
 		out.Effects = append(out.Effects, orchestrator.EffectRef{Kind: e.Kind, Key: e.Key, Agent: e.Agent, Session: e.Session, Invalid: e.Invalid})
 	}
 	for _, p := range r.Pending {
-		out.Pending = append(out.Pending, orchestrator.PendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason})
+		out.Pending = append(out.Pending, orchestrator.PendingCall{ID: p.ID, Name: p.Name, Reason: p.Reason, Input: p.Input})
 	}
 	return out
 }
