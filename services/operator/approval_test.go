@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/services/operator"
@@ -638,4 +639,39 @@ func TestApprovalConfigChecked(t *testing.T) {
 	in := withApprovals(input("go"), map[string]operatorv1.ToolApproval{"write": 9})
 	_, err := c.Execute(ctxT(t), &operatorv1.ExecuteRequest{Input: in})
 	wantStatus(t, err, codes.InvalidArgument, "")
+}
+
+// TestApprovalCostAndEffectsAcrossResume: max_cost counts the cost spent
+// before the suspension, and effect keys number on from the effects the
+// suspended output declared (keyed by the first dispatch, whatever the
+// resume's dispatch id), so no two effects share a key.
+func TestApprovalCostAndEffectsAcrossResume(t *testing.T) {
+	rec := &recorder{}
+	cfg := &operatorv1.OperatorConfig{MaxCost: &typesv1.Money{Amount: "0.05"}, ToolApprovals: map[string]operatorv1.ToolApproval{"write": always}}
+	m := &fakeModel{steps: []step{
+		callTools("0.01", "write_memory", `{"key":"a","value":1,"scope":"global"}`),
+		callTools("0.02", "write", `{"text":"a"}`),
+		callTools("0.03", "write_memory", `{"key":"b","value":2,"scope":"global"}`),
+		say("never", "0"),
+	}}
+	c := serve(t, operator.Config{ExtraTools: approvalTools(rec), EffectTools: true}, m)
+	in := input("go")
+	in.Config = cfg
+	in.Dispatch = &operatorv1.DispatchContext{DispatchId: "d-1"}
+	out := execute(t, c, in)
+	pendingIDs(t, out)
+	if effs := out.GetEffects(); len(effs) != 1 || effs[0].GetIdempotencyKey() != "d-1/effect/1" {
+		t.Fatalf("suspended output's effects %v", effs)
+	}
+	res := resumeInput(out, cfg, approve("call_3_0"))
+	res.Dispatch = &operatorv1.DispatchContext{DispatchId: "d-2"}
+	done := execute(t, c, res)
+	// 0.01 + 0.02 + 0.03 reaches 0.05 only counted across the suspension.
+	wantExit(t, done, operatorv1.ExitKind_EXIT_KIND_BUDGET_EXHAUSTED)
+	if effs := done.GetEffects(); len(effs) != 1 || effs[0].GetIdempotencyKey() != "d-1/effect/2" || effs[0].GetWriteMemory().GetKey() != "b" {
+		t.Fatalf("resumed output's effects %v", effs)
+	}
+	if got := done.GetMetadata().GetCost().GetAmount(); got != "0.03" {
+		t.Fatalf("resumed cost %s, want 0.03 (its own)", got)
+	}
 }
