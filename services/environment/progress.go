@@ -173,7 +173,7 @@ func (p *Progress) violation(err error) error {
 func (p *Progress) deliver(ev *operatorv1.ExecuteStreamResponse) error {
 	switch e := ev.GetEvent().(type) {
 	case *operatorv1.ExecuteStreamResponse_Output:
-		return fmt.Errorf("the operator sent its output as a progress event; the output travels only as the run's result: %w", errs.Internal)
+		return fmt.Errorf("the operator sent its output as a progress event; the output travels only as the run's result; the run was stopped: %w", errs.NonRetryable)
 	case nil:
 		// A kind this service does not know (a newer operator): it
 		// cannot be checked, so it is not passed on.
@@ -329,7 +329,7 @@ func (p *Progress) read(c net.Conn) {
 		ev := &operatorv1.ExecuteStreamResponse{}
 		if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(buf, ev); err != nil {
 			p.mu.Lock()
-			p.violation(fmt.Errorf("the operator's progress frame %d is not an ExecuteStreamResponse (%v); the run was stopped: %w", n, err, errs.Internal))
+			p.violation(fmt.Errorf("the operator's progress frame %d is not an ExecuteStreamResponse (%v); the run was stopped: %w", n, err, errs.NonRetryable))
 			p.mu.Unlock()
 			return
 		}

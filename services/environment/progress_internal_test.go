@@ -109,7 +109,7 @@ func TestProgressLimits(t *testing.T) {
 	}
 	p, failed := testProgress(ProgressLimits{})
 	err := p.Send(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_Output{Output: &operatorv1.OperatorOutput{}}})
-	if errs.Code(err) != codes.Internal || *failed == nil || len(drained(p)) != 0 {
+	if errs.Code(err) != codes.FailedPrecondition || *failed == nil || len(drained(p)) != 0 {
 		t.Errorf("the output as progress: %v", err)
 	}
 }

@@ -28,7 +28,10 @@ func progressAttackEnv(t *testing.T, lim environment.ProgressLimits, secrets env
 	t.Helper()
 	requireSandbox(t)
 	bin := testenv.BuildStatic(t, "github.com/secbear/neuron/services/environment/testdata/progressattacker")
-	return startEnv(t, envOptions{binary: bin, operatorArgs: []string{}, progress: lim, secrets: secrets})
+	d := environment.DefaultDefaults()
+	d.Timeout = 15 * time.Second
+	d.Limits.MemoryBytes = 1 << 30
+	return startEnv(t, envOptions{binary: bin, operatorArgs: []string{}, progress: lim, secrets: secrets, defaults: &d})
 }
 
 // Floods, giant and oversized frames, garbage, frames that are not UTF-8
@@ -45,9 +48,9 @@ func TestAttackProgressFrames(t *testing.T) {
 		{"flood-bytes", codes.ResourceExhausted, "more than 4194304 bytes of progress"},
 		{"giant-header", codes.ResourceExhausted, "progress event of 1073741824 bytes"},
 		{"oversized", codes.ResourceExhausted, "more than the limit of 1048576"},
-		{"garbage", codes.Internal, "is not an ExecuteStreamResponse"},
-		{"bad-utf8", codes.Internal, "is not an ExecuteStreamResponse"},
-		{"output", codes.Internal, "sent its output as a progress event"},
+		{"garbage", codes.FailedPrecondition, "is not an ExecuteStreamResponse"},
+		{"bad-utf8", codes.FailedPrecondition, "is not an ExecuteStreamResponse"},
+		{"output", codes.FailedPrecondition, "sent its output as a progress event"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			got := e.stream(t, tc.mode, nil)
@@ -126,9 +129,10 @@ func TestAttackProgressUnknownKind(t *testing.T) {
 	}
 }
 
-// A caller that reads nothing cannot hold the sandbox past its timeout:
-// the operator waits on its full socket, the timeout kills it, and the
-// caller, reading at last, gets what was queued and DEADLINE_EXCEEDED.
+// A caller that reads nothing cannot hold the sandbox past its timeout,
+// nor make the service hold more than a bounded queue: the operator
+// waits on its full socket, the timeout kills it, and the caller,
+// reading at last, gets what was queued and DEADLINE_EXCEEDED.
 func TestAttackProgressStalledReader(t *testing.T) {
 	e := progressAttackEnv(t, environment.ProgressLimits{QueueBytes: 64 << 10}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -142,7 +146,13 @@ func TestAttackProgressStalledReader(t *testing.T) {
 	waitFor(t, "the timeout to stop the attacker", func() bool { return len(sandboxProcesses(t, "progressattacker")) == 0 })
 	got := readStream(s)
 	wantCode(t, got.err, codes.DeadlineExceeded, "timeout")
-	if len(got.progress) == 0 {
-		t.Error("nothing of what was queued arrived")
+	// What was held for the caller: the 64 KiB queue (at least one
+	// event), the stream's 1 MiB flow-control window, a frame in hand.
+	size := 0
+	for _, ev := range got.progress {
+		size += proto.Size(ev)
+	}
+	if size == 0 || size > 4<<20 {
+		t.Errorf("%d bytes of progress were held for a caller that read nothing, want some and at most 4 MiB", size)
 	}
 }

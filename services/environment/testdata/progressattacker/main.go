@@ -14,7 +14,7 @@
 //	output         the output itself as a progress event
 //	secret         $CI_TOKEN in every event kind, split over deltas
 //	unknown        an event of a kind no one knows, then a text delta
-//	stall          text deltas until the socket is closed, never
+//	stall          512 KiB tool results until the socket is closed, never
 //	               exiting before it (the caller reads nothing)
 package main
 
@@ -46,13 +46,16 @@ func main() {
 		os.Exit(1)
 	}
 	mode := strings.TrimSpace(content.TextOf(input.GetMessage()))
-	conn, err := net.Dial("unix", os.Getenv("NEURON_PROGRESS_SOCKET"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "attacker: no progress socket:", err)
-		os.Exit(1)
+	// Run gives no progress socket: nothing to attack.
+	if sock := os.Getenv("NEURON_PROGRESS_SOCKET"); sock != "" {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "attacker: progress socket:", err)
+			os.Exit(1)
+		}
+		attack(conn, mode)
+		conn.Close()
 	}
-	attack(conn, mode)
-	conn.Close()
 	out, _ := protojson.Marshal(&operatorv1.OperatorOutput{
 		Message:    content.Text("attacker done"),
 		ExitReason: &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_COMPLETE},
@@ -146,7 +149,7 @@ func attack(c net.Conn, mode string) {
 		c.Write(frame(b))
 		c.Write(text("after the unknown event\n"))
 	case "stall":
-		untilClosed(c, text(strings.Repeat("s", 1000)+"\n"))
+		untilClosed(c, toolResult(strings.Repeat("s", 512<<10)))
 		// Stay until the sandbox is killed.
 		time.Sleep(time.Hour)
 	default:
