@@ -83,6 +83,10 @@ func TestCLI(t *testing.T) {
 						t.Fatalf("line %d: not a LifecycleEvent: %v", i+1, err)
 					}
 					types = append(types, ev.GetObservable().GetEventType())
+				case "progress":
+					if err := protojson.Unmarshal(v, &orchestratorv1.StepProgress{}); err != nil {
+						t.Fatalf("line %d: not a StepProgress: %v", i+1, err)
+					}
 				case "result":
 					if i != len(lines)-1 {
 						t.Errorf("the result is line %d of %d, want last", i+1, len(lines))
@@ -102,9 +106,9 @@ func TestCLI(t *testing.T) {
 				}
 			}
 		}
-		// Every event of the workflow, from the run's marker to its end.
-		if len(types) == 0 || types[0] != eventRunRequested || types[len(types)-1] != "orchestrator.workflow.completed" {
-			t.Errorf("event types %q: want %s first and orchestrator.workflow.completed last", types, eventRunRequested)
+		// Every event of the workflow's log, from its start to its end.
+		if len(types) == 0 || types[0] != "orchestrator.workflow.started" || types[len(types)-1] != "orchestrator.workflow.completed" {
+			t.Errorf("event types %q: want orchestrator.workflow.started first and orchestrator.workflow.completed last", types)
 		}
 		if n := strings.Count(strings.Join(types, " "), eventDispatchDone); n != 3 {
 			t.Errorf("%d %s events, want 3", n, eventDispatchDone)

@@ -80,6 +80,9 @@ func (c *cli) runStream(ctx context.Context, cc grpc.ClientConnInterface, req *o
 		return false, nil
 	}
 	id := req.GetWorkflowId()
+	// Who asked for the run, on the lifecycle bus (`neuron events`); the
+	// watch itself needs no marker: the workflow's log is replayed whole.
+	_, _ = markRun(ctx, lifecyclev1.NewLifecycleServiceClient(cc), req)
 	text := !f.quiet && !f.conn.json
 	view := newStreamView(c.stdout, c.terminal, text, text)
 	var js *jsonStream

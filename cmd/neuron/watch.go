@@ -227,8 +227,10 @@ type streamView struct {
 
 	mu      sync.Mutex
 	began   time.Time
-	mid     bool   // the last line written has no newline yet
-	speaker string // the dispatch id whose text was written last
+	first   time.Time // the time of the first event shown
+	waiting bool      // the last event shown was the workflow suspending
+	mid     bool      // the last line written has no newline yet
+	speaker string    // the dispatch id whose text was written last
 	kinds   effectKinds
 	effects []*orchestratorv1.EffectOutcome
 	spent   string
@@ -287,19 +289,43 @@ func (v *streamView) event(ev *lifecyclev1.LifecycleEvent) {
 	if agent == "" {
 		agent = "-"
 	}
-	v.line(fmt.Sprintf("  %-7s %-12s %s", elapsed(time.Since(v.began)), agent, describeWatched(ev)))
+	// Times are the events' own, from the first one shown: a replayed
+	// log keeps its pace.
+	at := time.Now()
+	if ev.GetTime() != nil {
+		at = ev.GetTime().AsTime()
+	}
+	if v.first.IsZero() {
+		v.first = at
+	}
+	v.line(fmt.Sprintf("  %-7s %-12s %s", elapsed(at.Sub(v.first)), agent, v.describe(ev)))
 }
 
-// describeWatched is describe, with an approval decision named as such.
-func describeWatched(ev *lifecyclev1.LifecycleEvent) string {
+// describe is describe(ev), with an approval decision named as such;
+// callers hold v.mu.
+func (v *streamView) describe(ev *lifecyclev1.LifecycleEvent) string {
 	o := ev.GetObservable()
+	waiting := v.waiting
+	switch o.GetEventType() {
+	case eventSuspended:
+		v.waiting = true
+	case eventSignalAccepted:
+		v.waiting = false
+	case eventDispatchDone, eventDispatchFailed:
+		v.waiting = false
+	}
 	if o.GetEventType() == eventSignalAccepted {
 		d := dataMap(o)
-		if d["signal_type"] == "approval" {
+		t, _ := d["signal_type"].(string)
+		switch {
+		case t == "approval":
 			return fmt.Sprintf("approval decision accepted (sequence %v): the workflow resumes", d["sequence"])
-		}
-		if t, ok := d["signal_type"].(string); ok && t != "" {
+		case t != "":
 			return fmt.Sprintf("signal %s accepted (sequence %v)", t, d["sequence"])
+		case waiting:
+			// A journal that does not name the signal's type: the one a
+			// suspended workflow gets is, in practice, the decision.
+			return fmt.Sprintf("signal %v accepted while waiting for approval: the workflow resumes", d["sequence"])
 		}
 	}
 	if o.GetEventType() == eventSuspended {
