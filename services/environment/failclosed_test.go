@@ -138,6 +138,17 @@ func TestLocalBackend(t *testing.T) {
 	if resp.GetBackend() != "local" || !strings.Contains(text(resp), "You said: hello local") {
 		t.Errorf("response %v", resp)
 	}
+	// RunStream goes through the operator service's ExecuteStream: the
+	// answer's text deltas, the model call, then Run's result.
+	s, err := es.RunStream(ctx, &environmentv1.RunStreamRequest{Input: in, Spec: &environmentv1.EnvironmentSpec{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readStream(s)
+	if all, _ := got.deltas(1); got.err != nil || all != text(resp) || text(got.result) != text(resp) ||
+		strings.Join(got.kinds(), " ") != "text:1 model:1" {
+		t.Errorf("RunStream on the local backend: %v, progress %v, result %v", got.err, got.progress, got.result)
+	}
 	conn, err := grpcclient.Dial(operator)
 	if err != nil {
 		t.Fatal(err)
