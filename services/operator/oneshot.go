@@ -53,7 +53,7 @@ const (
 // they happen; see ProgressSocketEnv.
 func (op *Operator) OneShot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
 	progress := dialProgress(os.Getenv(ProgressSocketEnv), stderr)
-	out, err := oneShot(ctx, op, stdin, progress.send)
+	out, err := oneShot(ctx, op, stdin, progress.events())
 	progress.close()
 	if err != nil {
 		return writeStatus(stdout, stderr, err)
@@ -150,6 +150,16 @@ func dialProgress(path string, stderr io.Writer) *progressWriter {
 		return &progressWriter{}
 	}
 	return &progressWriter{conn: conn}
+}
+
+// events is what the invocation reports its progress to: nil without a
+// socket, so that an invocation nobody streams runs as Execute does (a
+// model call streams only when someone takes its text).
+func (w *progressWriter) events() Events {
+	if w.conn == nil {
+		return nil
+	}
+	return w.send
 }
 
 // send writes ev as a frame. It never fails the invocation: after a
