@@ -86,6 +86,11 @@ definition:
 			t.Errorf("run's stdout lacks %q:\n%s", want, r)
 		}
 	}
+	// The resumed call ran while the run watched: its text streamed in
+	// before the answer block.
+	if streamed, _, _ := strings.Cut(r.stdout, "\nanswer (careful):"); !strings.Contains(streamed, "\n[scripted model]") {
+		t.Errorf("the resumed call's text was not streamed before the answer:\n%s", r)
+	}
 	if r := cli("approve", id); r.code != exitStatusBase+9 || !strings.Contains(r.stderr, "waits for no approval") {
 		t.Errorf("approve of a workflow that waits for nothing: want exit 19:\n%s", r)
 	}
