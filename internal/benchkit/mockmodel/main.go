@@ -85,7 +85,26 @@ type mock struct {
 	calls    int
 	toolCall [][]byte // toolCall[n]: the reply asking for tool call n+1
 	final    []byte
-	requests atomic.Int64
+	// The same replies as server-sent events, for requests that stream.
+	toolCallSSE [][]byte
+	finalSSE    []byte
+	requests    atomic.Int64
+}
+
+var streamField = []byte(`"stream":true`)
+
+// sse is a streamed reply: one chunk with delta, one with the finish
+// reason, one with the usage, then [DONE].
+func sse(id, model, delta, finish, usage string) []byte {
+	var b bytes.Buffer
+	chunk := func(choices, extra string) {
+		fmt.Fprintf(&b, "data: {\"id\":%q,\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":%s%s}\n\n", id, model, choices, extra)
+	}
+	chunk(`[{"index":0,"delta":`+delta+`,"finish_reason":null}]`, "")
+	chunk(`[{"index":0,"delta":{},"finish_reason":"`+finish+`"}]`, "")
+	chunk(`[]`, `,"usage":`+usage)
+	b.WriteString("data: [DONE]\n\n")
+	return b.Bytes()
 }
 
 var toolRole = []byte(`"role":"tool"`)
@@ -97,6 +116,11 @@ func newMock(calls int, name, arguments, model string) *mock {
 		m.toolCall = append(m.toolCall, fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":%q,"arguments":%s}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`,
 			n+1, model, n+1, name, strconv.Quote(arguments)))
 	}
+	for n := range calls {
+		delta := fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%d","type":"function","function":{"name":%q,"arguments":%s}}]}`, n+1, name, strconv.Quote(arguments))
+		m.toolCallSSE = append(m.toolCallSSE, sse(fmt.Sprintf("chatcmpl-%d", n+1), model, delta, "tool_calls", `{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}`))
+	}
+	m.finalSSE = sse("chatcmpl-final", model, `{"role":"assistant","content":"done"}`, "stop", `{"prompt_tokens":70,"completion_tokens":2,"total_tokens":72}`)
 	m.final = fmt.Appendf(nil, `{"id":"chatcmpl-final","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":70,"completion_tokens":2,"total_tokens":72}}`, model)
 	return m
 }
@@ -114,8 +138,19 @@ func (m *mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		m.requests.Add(1)
 		reply := m.final
-		if n := bytes.Count(body, toolRole); n < m.calls {
+		n := bytes.Count(body, toolRole)
+		if n < m.calls {
 			reply = m.toolCall[n]
+		}
+		if bytes.Contains(body, streamField) {
+			reply = m.finalSSE
+			if n < m.calls {
+				reply = m.toolCallSSE[n]
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(len(reply)))
+			_, _ = w.Write(reply)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(reply)))
