@@ -305,3 +305,14 @@ func (s *Server) timeOut(ctx context.Context) {
 		}
 	}
 }
+
+// SignalType is the signal_type of a SignalPayload in its binary form
+// ("" when it does not decode), for the orchestrator.signal.accepted
+// event.
+func SignalType(payload []byte) string {
+	p := &typesv1.SignalPayload{}
+	if proto.Unmarshal(payload, p) != nil {
+		return ""
+	}
+	return p.GetSignalType()
+}

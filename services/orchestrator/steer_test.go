@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,7 +148,7 @@ func jsonOfValue(v *structpb.Value) string {
 	if v == nil {
 		return "-"
 	}
-	b, _ := v.MarshalJSON()
+	b, _ := json.Marshal(v.AsInterface()) // protojson's spacing varies
 	return string(b)
 }
 
@@ -235,6 +236,24 @@ func testApprovals(t *testing.T, startOrch starter) {
 	want := `decided call-1:true:{"path":"b.txt"}:alice call-2:false:-:alice`
 	if got := content.TextOf(wf.GetLastOutput().GetMessage()); got != want {
 		t.Fatalf("the resumed operator answered %q, want %q", got, want)
+	}
+	// The decision is in the log as an accepted signal of type approval.
+	all, err := o.client.WatchWorkflow(ctx, &orchestratorv1.WatchWorkflowRequest{WorkflowId: id, OmitProgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted string
+	for {
+		resp, err := all.Recv()
+		if err != nil {
+			break
+		}
+		if ev := resp.GetEvent().GetObservable(); ev.GetEventType() == "orchestrator.signal.accepted" {
+			accepted = jsonOfValue(ev.GetData())
+		}
+	}
+	if want := fmt.Sprintf(`{"sequence":%d,"signal_type":"approval"}`, first.GetSequence()); accepted != want {
+		t.Fatalf("the signal.accepted event = %s, want %s", accepted, want)
 	}
 	ins := f.inputs("careful")
 	if len(ins) != 2 || ins[1].GetResume().GetResumeToken() != "tok-"+ins[0].GetDispatch().GetDispatchId() {

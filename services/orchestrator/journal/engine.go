@@ -663,7 +663,7 @@ func (e *Engine) Signal(_ context.Context, id string, payload []byte, key string
 	e.reveal(id)
 	var ev *lifecyclev1.LifecycleEvent
 	seq, dup, resumed, err := e.j.AddSignal(id, payload, key, func(seq uint64) *lifecyclev1.LifecycleEvent {
-		ev = e.observable(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq})
+		ev = e.observable(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq, "signal_type": orchestrator.SignalType(payload)})
 		return ev
 	})
 	if err != nil {

@@ -440,7 +440,7 @@ func (e *Engine) Signal(ctx context.Context, id string, payload []byte, key stri
 		return 0, false, err
 	}
 	if !dup {
-		e.event(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq})
+		e.event(id, "", "orchestrator.signal.accepted", map[string]any{"sequence": seq, "signal_type": orchestrator.SignalType(payload)})
 	}
 	return seq, dup, nil
 }

@@ -229,7 +229,7 @@ func (h *host) addSignal(s twSignalIn) {
 	// Engine.Signal sends the event, from the process the signal reached;
 	// the log has it where the workflow took the signal.
 	h.record(lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.signal.accepted", h.id, "",
-		map[string]any{"sequence": seq}))
+		map[string]any{"sequence": seq, "signal_type": orchestrator.SignalType(s.Payload)}))
 }
 
 // pending takes the signals not yet delivered, marking them delivered by
