@@ -697,6 +697,52 @@ func TestBackend(t *testing.T) {
 		wantCode(t, err, codes.FailedPrecondition, "neuron-missing:never-built", "make images")
 		clean(t)
 	})
+
+	// RunStream through the service: the operator in the container
+	// writes its progress to the bind-mounted socket, and the text
+	// deltas make up the answer the result carries, which comes last.
+	t.Run("stream", func(t *testing.T) {
+		srv, err := environment.NewServer(environment.ServerConfig{Backends: []environment.Backend{b}, Default: "docker", Container: "docker"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &collectStream{ctx: ctx}
+		err = srv.RunStream(&environmentv1.RunStreamRequest{
+			Input: &operatorv1.OperatorInput{Message: content.Text("stream\nthis please")},
+			Spec:  &environmentv1.EnvironmentSpec{},
+		}, st)
+		if err != nil {
+			t.Fatalf("RunStream: %v", err)
+		}
+		var text strings.Builder
+		model := 0
+		for _, m := range st.msgs[:max(len(st.msgs)-1, 0)] {
+			text.WriteString(m.GetProgress().GetTextDelta().GetText())
+			if m.GetProgress().GetModelCallFinished() != nil {
+				model++
+			}
+		}
+		last := st.msgs[len(st.msgs)-1].GetResult()
+		if want := "[scripted model] You said: stream\nthis please"; content.TextOf(last.GetOutput().GetMessage()) != want || text.String() != want || model != 1 {
+			t.Errorf("streamed %q and %d model calls, result %v", text.String(), model, last)
+		}
+		clean(t)
+	})
+}
+
+// collectStream is the server side of a RunStream call that keeps what
+// is sent.
+type collectStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	msgs []*environmentv1.RunStreamResponse
+}
+
+func (s *collectStream) Context() context.Context { return s.ctx }
+
+func (s *collectStream) Send(m *environmentv1.RunStreamResponse) error {
+	s.msgs = append(s.msgs, m)
+	return nil
 }
 
 // countingState is an empty StateService that counts List calls.
