@@ -9,9 +9,9 @@
 //     capabilities and no supplementary groups;
 //   - a private root (pivot_root into a tmpfs) holding only its
 //     workspace, the system directories and the operator binary
-//     read-only, and the invocation's egress, state and progress sockets: no other
-//     Unix socket of the host, no /proc, /sys, /run, /var or home
-//     directory exists for it;
+//     read-only, and the invocation's egress, state and progress
+//     sockets: no other Unix socket of the host, no /proc, /sys, /run,
+//     /var or home directory exists for it;
 //   - a workspace that is a tmpfs of resources.disk (Config.DiskBytes,
 //     1 GiB, when the spec sets none); filling it is RESOURCE_EXHAUSTED;
 //   - a clean environment: a system PATH, HOME and TMPDIR in its own
