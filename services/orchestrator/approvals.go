@@ -152,6 +152,15 @@ func (s *Server) allPending(ctx context.Context) ([]*orchestratorv1.PendingAppro
 			return nil, err
 		}
 		for _, wf := range wfs {
+			if wf.LastOutput == nil {
+				// A listing from an external store (Temporal's
+				// visibility) has no outputs: read the workflow.
+				full, err := s.e.Get(ctx, wf.ID)
+				if err != nil {
+					continue // ended or gone meanwhile
+				}
+				wf = full
+			}
 			all = append(all, s.pendingOf(wf)...)
 		}
 		if next == "" {

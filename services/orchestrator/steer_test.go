@@ -192,7 +192,14 @@ func testApprovals(t *testing.T, startOrch starter) {
 			break
 		}
 	}
-	list := must[*orchestratorv1.ListApprovalsResponse](t)(o.client.ListApprovals(ctx, &orchestratorv1.ListApprovalsRequest{}))
+	// Listings may trail the workflow (Temporal's visibility store).
+	var list *orchestratorv1.ListApprovalsResponse
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		list = must[*orchestratorv1.ListApprovalsResponse](t)(o.client.ListApprovals(ctx, &orchestratorv1.ListApprovalsRequest{}))
+		if len(list.GetApprovals()) == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(list.GetApprovals()) != 2 || list.GetApprovals()[0].GetWorkflowId() != id {
 		t.Fatalf("ListApprovals = %v", list.GetApprovals())
 	}
