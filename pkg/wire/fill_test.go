@@ -64,6 +64,16 @@ func variants(mt protoreflect.MessageType) ([]variant, error) {
 
 	for i := range md.Fields().Len() {
 		fd := md.Fields().Get(i)
+		if fd.IsMap() && fd.MapValue().Kind() == protoreflect.EnumKind {
+			// A map with enum values: one copy whose map holds every value.
+			m := proto.Clone(base.Interface()).ProtoReflect()
+			mp := m.Mutable(fd).Map()
+			for j, n := range nonZeroValues(fd.MapValue().Enum()) {
+				mp.Set(mapKey(fd.MapKey(), j), protoreflect.ValueOfEnum(n))
+			}
+			out = append(out, variant{name: fmt.Sprintf("%s=every value", fd.Name()), msg: m.Interface()})
+			continue
+		}
 		if fd.Kind() != protoreflect.EnumKind || fd.IsMap() {
 			continue
 		}
