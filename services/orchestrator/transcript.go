@@ -47,7 +47,10 @@ type Recorder struct {
 	State statev1.StateServiceClient
 	Hub   *Hub
 	Log   *slog.Logger
-	// WriteTimeout bounds the transcript write, retries included; 0: 30s.
+	// WriteTimeout bounds the transcript write, retries included; 0: 5s.
+	// The step waits for it, so it is short: a State service that stays
+	// away costs the transcript entry (logged), not the workflow's
+	// progress (its effects wait for State by themselves).
 	WriteTimeout time.Duration
 }
 
@@ -105,11 +108,12 @@ func (r *Recorder) Call(ctx context.Context, agent *Agent, in *operatorv1.Operat
 // write stores rec, retrying transient failures for a while even when
 // the call's context has ended (a cancelled call is recorded too). A
 // record over the State service's value limit is stored again with its
-// tool results cut to 1 KiB; one that still does not fit is logged.
+// tool results cut to 1 KiB; one that still does not fit, and one a
+// State service with a full disk refuses, are logged and left out.
 func (r *Recorder) write(ctx context.Context, wf string, rec *orchestratorv1.TranscriptStep) {
 	timeout := r.WriteTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = 5 * time.Second
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
@@ -125,7 +129,7 @@ func (r *Recorder) write(ctx context.Context, wf string, rec *orchestratorv1.Tra
 				c.Result, c.Truncated = cut(c.Result, 1<<10)
 			}
 			continue
-		case !Transient(err) || Sleep(wctx, backoff) != nil:
+		case !Transient(err) || errs.Reason(err) == errs.ReasonStorageFull || Sleep(wctx, backoff) != nil:
 			if r.Log != nil {
 				r.Log.Warn("the transcript of a step was not kept", "workflow_id", wf, "step", rec.Step, "err", err)
 			}

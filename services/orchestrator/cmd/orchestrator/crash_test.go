@@ -41,6 +41,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/money"
 	"github.com/secbear/neuron/pkg/scope"
+	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -460,7 +461,8 @@ func (h *world) checkPlannerWorkflow(ctx context.Context, id string, calls map[s
 	keys := listKeys(ctx, t, h.stateClient, sc)
 	wantKeys := make([]string, 0, 2*len(plannerSteps))
 	for i, w := range plannerSteps {
-		wantKeys = append(wantKeys, w.key)
+		// Every step's transcript survives the kills too.
+		wantKeys = append(wantKeys, w.key, orchestrator.TranscriptKey(uint64(i+1)))
 		if h.temporal {
 			wantKeys = append(wantKeys, temporalOutput(i+1))
 		}
@@ -508,7 +510,9 @@ func (h *world) checkStateWrites(ids []string) {
 		// The agent definitions the --agents file seeds (issue 20) are
 		// the orchestrator's own writes, not effects.
 		seeded := k.scope == "global" && strings.HasPrefix(k.key, "agents/")
-		if !allowed[k.scope+" "+k.key] && !seeded && !(h.temporal && strings.HasPrefix(k.key, temporalOutputPrefix)) {
+		// Each operator call's transcript is the orchestrator's own too.
+		transcript := strings.HasPrefix(k.scope, "workflow:") && strings.HasPrefix(k.key, orchestrator.TranscriptPrefix)
+		if !allowed[k.scope+" "+k.key] && !seeded && !transcript && !(h.temporal && strings.HasPrefix(k.key, temporalOutputPrefix)) {
 			h.t.Errorf("unexpected State write to %s %q", k.scope, k.key)
 		}
 	}
