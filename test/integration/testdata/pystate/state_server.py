@@ -38,6 +38,7 @@ MAX_KEY_BYTES = 4096
 MAX_VALUE_BYTES = 1 << 20
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+MAX_VALUES_PAGE = 2 << 20  # bytes of keys and values in a List page with values
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 1000
 SNIPPET_CHARS = 200
@@ -207,35 +208,57 @@ class StateService(state_pb2_grpc.StateServiceServicer):
         if not 0 <= request.page_size <= MAX_PAGE_SIZE:
             context.abort(INVALID, "page_size must be in 0..%d" % MAX_PAGE_SIZE)
         size = request.page_size or DEFAULT_PAGE_SIZE
+        reverse = request.reverse
         after = None
         if request.page_token:
-            after = self.decode_token(context, request.page_token, scope, request.prefix)
+            after = self.decode_token(context, request.page_token, scope, request.prefix, reverse)
         with self.lock:
             keys = sorted(
-                (key, entry[1])
-                for (s, key), entry in self.values.items()
-                if s == scope and key.startswith(request.prefix) and (after is None or key > after)
+                (
+                    (key, entry[1], entry[0])
+                    for (s, key), entry in self.values.items()
+                    if s == scope
+                    and key.startswith(request.prefix)
+                    and (after is None or (key < after if reverse else key > after))
+                ),
+                reverse=reverse,
             )
-        page = keys[:size]
-        response = state_pb2.ListResponse(items=[state_pb2.ListItem(key=k, revision=r) for k, r in page])
-        if len(keys) > size:
-            response.next_page_token = self.encode_token(scope, request.prefix, page[-1][0])
+        page = []
+        total = 0
+        for key, revision, value in keys[:size]:
+            item = state_pb2.ListItem(key=key, revision=revision)
+            if request.include_values:
+                # Pages with values hold at most MAX_VALUES_PAGE bytes of
+                # keys and values, and always at least one item.
+                total += len(key.encode("utf-8")) + len(value)
+                if page and total > MAX_VALUES_PAGE:
+                    break
+                item.value.CopyFrom(struct_pb2.Value.FromString(value))
+            page.append(item)
+        response = state_pb2.ListResponse(items=page)
+        if len(keys) > len(page):
+            response.next_page_token = self.encode_token(scope, request.prefix, page[-1].key, reverse)
         return response
 
     @staticmethod
-    def encode_token(scope, prefix, after):
-        raw = json.dumps({"scope": scope, "prefix": prefix, "after": after})
+    def encode_token(scope, prefix, after, reverse):
+        raw = json.dumps({"scope": scope, "prefix": prefix, "after": after, "reverse": reverse})
         return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
 
     @staticmethod
-    def decode_token(context, token, scope, prefix):
+    def decode_token(context, token, scope, prefix, reverse):
         try:
             data = json.loads(base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8"))
-            ok = data["scope"] == scope and data["prefix"] == prefix and isinstance(data["after"], str)
+            ok = (
+                data["scope"] == scope
+                and data["prefix"] == prefix
+                and data["reverse"] == reverse
+                and isinstance(data["after"], str)
+            )
         except (ValueError, KeyError, TypeError, UnicodeError):
             ok = False
         if not ok:
-            context.abort(INVALID, "page_token was not issued for this scope and prefix")
+            context.abort(INVALID, "page_token was not issued for this scope, prefix and direction")
         return data["after"]
 
     def Search(self, request, context):
