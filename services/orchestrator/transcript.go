@@ -208,7 +208,8 @@ func (s *Server) GetTranscript(ctx context.Context, req *orchestratorv1.GetTrans
 		size = req.GetPageSize()
 	}
 	id := req.GetWorkflowId()
-	list, err := s.state.List(ctx, &statev1.ListRequest{Scope: scope.Workflow(id), Prefix: TranscriptPrefix, PageSize: size, PageToken: req.GetPageToken()})
+	list, err := s.state.List(ctx, &statev1.ListRequest{Scope: scope.Workflow(id), Prefix: TranscriptPrefix, PageSize: size, PageToken: req.GetPageToken(),
+		IncludeValues: true})
 	if err != nil {
 		err = errs.FromGRPC(err)
 		if errs.Code(err) == errs.Code(errs.InvalidArgument) {
@@ -223,7 +224,13 @@ func (s *Server) GetTranscript(ctx context.Context, req *orchestratorv1.GetTrans
 	}
 	resp := &orchestratorv1.GetTranscriptResponse{NextPageToken: list.GetNextPageToken()}
 	for _, item := range list.GetItems() {
-		rec, err := readTranscript(ctx, s.state, id, item.GetKey())
+		// The listing carries the values; a State service that leaves
+		// them out (behind a store middleware, or older) is read key by
+		// key.
+		rec, err := transcriptOf(item.GetValue(), id, item.GetKey())
+		if item.GetValue() == nil {
+			rec, err = readTranscript(ctx, s.state, id, item.GetKey())
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -244,7 +251,15 @@ func readTranscript(ctx context.Context, state statev1.StateServiceClient, wf, k
 	if err != nil {
 		return nil, fmt.Errorf("reading %s of workflow %q from the State service: %w", key, wf, err)
 	}
-	b, err := protojson.Marshal(resp.GetValue())
+	return transcriptOf(resp.GetValue(), wf, key)
+}
+
+// transcriptOf decodes a stored transcript entry; nil for no value.
+func transcriptOf(v *structpb.Value, wf, key string) (*orchestratorv1.TranscriptStep, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := protojson.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
