@@ -306,7 +306,7 @@ func TestCLI(t *testing.T) {
 // line, UNAVAILABLE, exit 24.
 func TestNothingListening(t *testing.T) {
 	t.Parallel()
-	addr := freeAddrs(t, 1)[0]
+	addr := refusingAddr(t)
 	for _, args := range [][]string{
 		{"run", "assistant", "hi", "--addr", addr},
 		{"workflows", "list", "--addr", addr},

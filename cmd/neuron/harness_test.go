@@ -75,6 +75,28 @@ func freeAddrs(t *testing.T, n int) []string {
 	return addrs
 }
 
+// refusingAddr is a loopback address that refuses connections for the whole
+// test: a socket bound to it without listening (and without SO_REUSEADDR)
+// keeps the port, so a server started by a parallel test cannot take it, and
+// a connect gets a reset. A port that is merely closed again can be picked up
+// by the next server to ask for a free one.
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
+
 // result is a finished neuron command.
 type result struct {
 	code           int
