@@ -24,6 +24,123 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EmbedMode says whether a Write's value is embedded by the server.
+type EmbedMode int32
+
+const (
+	// The server's default: embed every indexed value when it has an
+	// embedder and its --embed-writes is on (the default when an embedder
+	// is configured), else not.
+	EmbedMode_EMBED_MODE_UNSPECIFIED EmbedMode = 0
+	// Do not embed; the key has no embedding (unless embedding is given),
+	// so vector search never returns it.
+	EmbedMode_EMBED_MODE_NEVER EmbedMode = 1
+	// Embed with the server's embedder; FAILED_PRECONDITION when it has
+	// none, UNAVAILABLE when the embedder cannot be reached (nothing is
+	// written then).
+	EmbedMode_EMBED_MODE_ALWAYS EmbedMode = 2
+)
+
+// Enum value maps for EmbedMode.
+var (
+	EmbedMode_name = map[int32]string{
+		0: "EMBED_MODE_UNSPECIFIED",
+		1: "EMBED_MODE_NEVER",
+		2: "EMBED_MODE_ALWAYS",
+	}
+	EmbedMode_value = map[string]int32{
+		"EMBED_MODE_UNSPECIFIED": 0,
+		"EMBED_MODE_NEVER":       1,
+		"EMBED_MODE_ALWAYS":      2,
+	}
+)
+
+func (x EmbedMode) Enum() *EmbedMode {
+	p := new(EmbedMode)
+	*p = x
+	return p
+}
+
+func (x EmbedMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EmbedMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_state_v1_state_proto_enumTypes[0].Descriptor()
+}
+
+func (EmbedMode) Type() protoreflect.EnumType {
+	return &file_layer0_state_v1_state_proto_enumTypes[0]
+}
+
+func (x EmbedMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EmbedMode.Descriptor instead.
+func (EmbedMode) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_state_v1_state_proto_rawDescGZIP(), []int{0}
+}
+
+// SearchMode says how Search ranks.
+type SearchMode int32
+
+const (
+	// KEYWORD.
+	SearchMode_SEARCH_MODE_UNSPECIFIED SearchMode = 0
+	// Full-text relevance (BM25) of the query's words.
+	SearchMode_SEARCH_MODE_KEYWORD SearchMode = 1
+	// Cosine similarity of the keys' embeddings to the query's; keys
+	// without an embedding (or with one of other dimensions) never match.
+	SearchMode_SEARCH_MODE_VECTOR SearchMode = 2
+	// Both rankings, fused by reciprocal rank fusion
+	// (keyword_weight, vector_weight, rrf_k).
+	SearchMode_SEARCH_MODE_HYBRID SearchMode = 3
+)
+
+// Enum value maps for SearchMode.
+var (
+	SearchMode_name = map[int32]string{
+		0: "SEARCH_MODE_UNSPECIFIED",
+		1: "SEARCH_MODE_KEYWORD",
+		2: "SEARCH_MODE_VECTOR",
+		3: "SEARCH_MODE_HYBRID",
+	}
+	SearchMode_value = map[string]int32{
+		"SEARCH_MODE_UNSPECIFIED": 0,
+		"SEARCH_MODE_KEYWORD":     1,
+		"SEARCH_MODE_VECTOR":      2,
+		"SEARCH_MODE_HYBRID":      3,
+	}
+)
+
+func (x SearchMode) Enum() *SearchMode {
+	p := new(SearchMode)
+	*p = x
+	return p
+}
+
+func (x SearchMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SearchMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_state_v1_state_proto_enumTypes[1].Descriptor()
+}
+
+func (SearchMode) Type() protoreflect.EnumType {
+	return &file_layer0_state_v1_state_proto_enumTypes[1]
+}
+
+func (x SearchMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SearchMode.Descriptor instead.
+func (SearchMode) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_state_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
 // ReadRequest is the input of Read.
 type ReadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -157,7 +274,15 @@ type WriteRequest struct {
 	// indexed value of the key leaves the index). For data nobody searches,
 	// such as conversation history, whose indexing would cost more than the
 	// write. A later Write without it indexes the key again.
-	Unindexed     bool `protobuf:"varint,6,opt,name=unindexed,proto3" json:"unindexed,omitempty"`
+	Unindexed bool `protobuf:"varint,6,opt,name=unindexed,proto3" json:"unindexed,omitempty"`
+	// The value's embedding, for vector search (SEARCH_MODE_VECTOR and
+	// HYBRID), computed by the caller. It replaces the key's earlier
+	// embedding; at most 4096 dimensions, finite values, not all zero.
+	// Ignored with unindexed (an unindexed key is never searched).
+	Embedding []float32 `protobuf:"fixed32,7,rep,packed,name=embedding,proto3" json:"embedding,omitempty"`
+	// Whether the server computes the embedding of the value's text with
+	// its embedder when embedding is empty. Ignored with unindexed.
+	Embed         EmbedMode `protobuf:"varint,8,opt,name=embed,proto3,enum=layer0.state.v1.EmbedMode" json:"embed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +357,20 @@ func (x *WriteRequest) GetUnindexed() bool {
 		return x.Unindexed
 	}
 	return false
+}
+
+func (x *WriteRequest) GetEmbedding() []float32 {
+	if x != nil {
+		return x.Embedding
+	}
+	return nil
+}
+
+func (x *WriteRequest) GetEmbed() EmbedMode {
+	if x != nil {
+		return x.Embed
+	}
+	return EmbedMode_EMBED_MODE_UNSPECIFIED
 }
 
 // WriteResponse is the result of Write.
@@ -651,7 +790,20 @@ type SearchRequest struct {
 	// Free text.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// At most this many results; 0 means the server's default (10).
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// How to rank. UNSPECIFIED is KEYWORD, so older clients are unchanged.
+	Mode SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=layer0.state.v1.SearchMode" json:"mode,omitempty"`
+	// The query's embedding, for VECTOR and HYBRID; empty: the server
+	// embeds query with its embedder. At most 4096 dimensions.
+	QueryEmbedding []float32 `protobuf:"fixed32,5,rep,packed,name=query_embedding,json=queryEmbedding,proto3" json:"query_embedding,omitempty"`
+	// HYBRID: the weights of the two rankings in reciprocal rank fusion
+	// (a key's fused score is the sum over the rankings that hold it of
+	// weight / (rrf_k + rank), rank 1-based). Unset: 1 each.
+	KeywordWeight *float64 `protobuf:"fixed64,6,opt,name=keyword_weight,json=keywordWeight,proto3,oneof" json:"keyword_weight,omitempty"`
+	// See keyword_weight.
+	VectorWeight *float64 `protobuf:"fixed64,7,opt,name=vector_weight,json=vectorWeight,proto3,oneof" json:"vector_weight,omitempty"`
+	// HYBRID: the rank constant of reciprocal rank fusion. Unset or 0: 60.
+	RrfK          uint32 `protobuf:"varint,8,opt,name=rrf_k,json=rrfK,proto3" json:"rrf_k,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -707,12 +859,49 @@ func (x *SearchRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *SearchRequest) GetMode() SearchMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SearchMode_SEARCH_MODE_UNSPECIFIED
+}
+
+func (x *SearchRequest) GetQueryEmbedding() []float32 {
+	if x != nil {
+		return x.QueryEmbedding
+	}
+	return nil
+}
+
+func (x *SearchRequest) GetKeywordWeight() float64 {
+	if x != nil && x.KeywordWeight != nil {
+		return *x.KeywordWeight
+	}
+	return 0
+}
+
+func (x *SearchRequest) GetVectorWeight() float64 {
+	if x != nil && x.VectorWeight != nil {
+		return *x.VectorWeight
+	}
+	return 0
+}
+
+func (x *SearchRequest) GetRrfK() uint32 {
+	if x != nil {
+		return x.RrfK
+	}
+	return 0
+}
+
 // SearchResult is one match.
 type SearchResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The matching key.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Relevance; higher is better. Comparable only within one response.
+	// KEYWORD: BM25; VECTOR: cosine similarity (-1..1); HYBRID: the fused
+	// reciprocal rank score.
 	Score float64 `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
 	// A fragment of the value around the match.
 	Snippet string `protobuf:"bytes,3,opt,name=snippet,proto3" json:"snippet,omitempty"`
@@ -836,14 +1025,16 @@ const file_layer0_state_v1_state_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\"X\n" +
 	"\fReadResponse\x12,\n" +
 	"\x05value\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xae\x02\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x93\x03\n" +
 	"\fWriteRequest\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12\x19\n" +
 	"\x03key\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x03key\x124\n" +
 	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x06\xbaH\x03\xc8\x01\x01R\x05value\x120\n" +
 	"\x11expected_revision\x18\x04 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x121\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x0eidempotencyKey\x12\x1c\n" +
-	"\tunindexed\x18\x06 \x01(\bR\tunindexedB\x14\n" +
+	"\tunindexed\x18\x06 \x01(\bR\tunindexed\x12'\n" +
+	"\tembedding\x18\a \x03(\x02B\t\xbaH\x06\x92\x01\x03\x10\x80 R\tembedding\x12:\n" +
+	"\x05embed\x18\b \x01(\x0e2\x1a.layer0.state.v1.EmbedModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05embedB\x14\n" +
 	"\x12_expected_revision\"G\n" +
 	"\rWriteResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x1a\n" +
@@ -872,20 +1063,37 @@ const file_layer0_state_v1_state_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05value\"g\n" +
 	"\fListResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.layer0.state.v1.ListItemR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc5\x03\n" +
 	"\rSearchRequest\x124\n" +
 	"\x05scope\x18\x01 \x01(\v2\x16.layer0.types.v1.ScopeB\x06\xbaH\x03\xc8\x01\x01R\x05scope\x12 \n" +
 	"\x05query\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80 R\x05query\x12 \n" +
 	"\x05limit\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"l\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x129\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x1b.layer0.state.v1.SearchModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x122\n" +
+	"\x0fquery_embedding\x18\x05 \x03(\x02B\t\xbaH\x06\x92\x01\x03\x10\x80 R\x0equeryEmbedding\x12C\n" +
+	"\x0ekeyword_weight\x18\x06 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00Y@)\x00\x00\x00\x00\x00\x00\x00\x00H\x00R\rkeywordWeight\x88\x01\x01\x12A\n" +
+	"\rvector_weight\x18\a \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00Y@)\x00\x00\x00\x00\x00\x00\x00\x00H\x01R\fvectorWeight\x88\x01\x01\x12\x1e\n" +
+	"\x05rrf_k\x18\b \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\x04rrfKB\x11\n" +
+	"\x0f_keyword_weightB\x10\n" +
+	"\x0e_vector_weight\"l\n" +
 	"\fSearchResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12\x18\n" +
 	"\asnippet\x18\x03 \x01(\tR\asnippet\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\"I\n" +
 	"\x0eSearchResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.layer0.state.v1.SearchResultR\aresults2\x85\x03\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.layer0.state.v1.SearchResultR\aresults*T\n" +
+	"\tEmbedMode\x12\x1a\n" +
+	"\x16EMBED_MODE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10EMBED_MODE_NEVER\x10\x01\x12\x15\n" +
+	"\x11EMBED_MODE_ALWAYS\x10\x02*r\n" +
+	"\n" +
+	"SearchMode\x12\x1b\n" +
+	"\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SEARCH_MODE_KEYWORD\x10\x01\x12\x16\n" +
+	"\x12SEARCH_MODE_VECTOR\x10\x02\x12\x16\n" +
+	"\x12SEARCH_MODE_HYBRID\x10\x032\x85\x03\n" +
 	"\fStateService\x12H\n" +
 	"\x04Read\x12\x1c.layer0.state.v1.ReadRequest\x1a\x1d.layer0.state.v1.ReadResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\x05Write\x12\x1d.layer0.state.v1.WriteRequest\x1a\x1e.layer0.state.v1.WriteResponse\x12I\n" +
@@ -907,49 +1115,54 @@ func file_layer0_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_layer0_state_v1_state_proto_rawDescData
 }
 
+var file_layer0_state_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_layer0_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_layer0_state_v1_state_proto_goTypes = []any{
-	(*ReadRequest)(nil),    // 0: layer0.state.v1.ReadRequest
-	(*ReadResponse)(nil),   // 1: layer0.state.v1.ReadResponse
-	(*WriteRequest)(nil),   // 2: layer0.state.v1.WriteRequest
-	(*WriteResponse)(nil),  // 3: layer0.state.v1.WriteResponse
-	(*DeleteRequest)(nil),  // 4: layer0.state.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 5: layer0.state.v1.DeleteResponse
-	(*ListRequest)(nil),    // 6: layer0.state.v1.ListRequest
-	(*ListItem)(nil),       // 7: layer0.state.v1.ListItem
-	(*ListResponse)(nil),   // 8: layer0.state.v1.ListResponse
-	(*SearchRequest)(nil),  // 9: layer0.state.v1.SearchRequest
-	(*SearchResult)(nil),   // 10: layer0.state.v1.SearchResult
-	(*SearchResponse)(nil), // 11: layer0.state.v1.SearchResponse
-	(*v1.Scope)(nil),       // 12: layer0.types.v1.Scope
-	(*structpb.Value)(nil), // 13: google.protobuf.Value
+	(EmbedMode)(0),         // 0: layer0.state.v1.EmbedMode
+	(SearchMode)(0),        // 1: layer0.state.v1.SearchMode
+	(*ReadRequest)(nil),    // 2: layer0.state.v1.ReadRequest
+	(*ReadResponse)(nil),   // 3: layer0.state.v1.ReadResponse
+	(*WriteRequest)(nil),   // 4: layer0.state.v1.WriteRequest
+	(*WriteResponse)(nil),  // 5: layer0.state.v1.WriteResponse
+	(*DeleteRequest)(nil),  // 6: layer0.state.v1.DeleteRequest
+	(*DeleteResponse)(nil), // 7: layer0.state.v1.DeleteResponse
+	(*ListRequest)(nil),    // 8: layer0.state.v1.ListRequest
+	(*ListItem)(nil),       // 9: layer0.state.v1.ListItem
+	(*ListResponse)(nil),   // 10: layer0.state.v1.ListResponse
+	(*SearchRequest)(nil),  // 11: layer0.state.v1.SearchRequest
+	(*SearchResult)(nil),   // 12: layer0.state.v1.SearchResult
+	(*SearchResponse)(nil), // 13: layer0.state.v1.SearchResponse
+	(*v1.Scope)(nil),       // 14: layer0.types.v1.Scope
+	(*structpb.Value)(nil), // 15: google.protobuf.Value
 }
 var file_layer0_state_v1_state_proto_depIdxs = []int32{
-	12, // 0: layer0.state.v1.ReadRequest.scope:type_name -> layer0.types.v1.Scope
-	13, // 1: layer0.state.v1.ReadResponse.value:type_name -> google.protobuf.Value
-	12, // 2: layer0.state.v1.WriteRequest.scope:type_name -> layer0.types.v1.Scope
-	13, // 3: layer0.state.v1.WriteRequest.value:type_name -> google.protobuf.Value
-	12, // 4: layer0.state.v1.DeleteRequest.scope:type_name -> layer0.types.v1.Scope
-	12, // 5: layer0.state.v1.ListRequest.scope:type_name -> layer0.types.v1.Scope
-	13, // 6: layer0.state.v1.ListItem.value:type_name -> google.protobuf.Value
-	7,  // 7: layer0.state.v1.ListResponse.items:type_name -> layer0.state.v1.ListItem
-	12, // 8: layer0.state.v1.SearchRequest.scope:type_name -> layer0.types.v1.Scope
-	10, // 9: layer0.state.v1.SearchResponse.results:type_name -> layer0.state.v1.SearchResult
-	0,  // 10: layer0.state.v1.StateService.Read:input_type -> layer0.state.v1.ReadRequest
-	2,  // 11: layer0.state.v1.StateService.Write:input_type -> layer0.state.v1.WriteRequest
-	4,  // 12: layer0.state.v1.StateService.Delete:input_type -> layer0.state.v1.DeleteRequest
-	6,  // 13: layer0.state.v1.StateService.List:input_type -> layer0.state.v1.ListRequest
-	9,  // 14: layer0.state.v1.StateService.Search:input_type -> layer0.state.v1.SearchRequest
-	1,  // 15: layer0.state.v1.StateService.Read:output_type -> layer0.state.v1.ReadResponse
-	3,  // 16: layer0.state.v1.StateService.Write:output_type -> layer0.state.v1.WriteResponse
-	5,  // 17: layer0.state.v1.StateService.Delete:output_type -> layer0.state.v1.DeleteResponse
-	8,  // 18: layer0.state.v1.StateService.List:output_type -> layer0.state.v1.ListResponse
-	11, // 19: layer0.state.v1.StateService.Search:output_type -> layer0.state.v1.SearchResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 0: layer0.state.v1.ReadRequest.scope:type_name -> layer0.types.v1.Scope
+	15, // 1: layer0.state.v1.ReadResponse.value:type_name -> google.protobuf.Value
+	14, // 2: layer0.state.v1.WriteRequest.scope:type_name -> layer0.types.v1.Scope
+	15, // 3: layer0.state.v1.WriteRequest.value:type_name -> google.protobuf.Value
+	0,  // 4: layer0.state.v1.WriteRequest.embed:type_name -> layer0.state.v1.EmbedMode
+	14, // 5: layer0.state.v1.DeleteRequest.scope:type_name -> layer0.types.v1.Scope
+	14, // 6: layer0.state.v1.ListRequest.scope:type_name -> layer0.types.v1.Scope
+	15, // 7: layer0.state.v1.ListItem.value:type_name -> google.protobuf.Value
+	9,  // 8: layer0.state.v1.ListResponse.items:type_name -> layer0.state.v1.ListItem
+	14, // 9: layer0.state.v1.SearchRequest.scope:type_name -> layer0.types.v1.Scope
+	1,  // 10: layer0.state.v1.SearchRequest.mode:type_name -> layer0.state.v1.SearchMode
+	12, // 11: layer0.state.v1.SearchResponse.results:type_name -> layer0.state.v1.SearchResult
+	2,  // 12: layer0.state.v1.StateService.Read:input_type -> layer0.state.v1.ReadRequest
+	4,  // 13: layer0.state.v1.StateService.Write:input_type -> layer0.state.v1.WriteRequest
+	6,  // 14: layer0.state.v1.StateService.Delete:input_type -> layer0.state.v1.DeleteRequest
+	8,  // 15: layer0.state.v1.StateService.List:input_type -> layer0.state.v1.ListRequest
+	11, // 16: layer0.state.v1.StateService.Search:input_type -> layer0.state.v1.SearchRequest
+	3,  // 17: layer0.state.v1.StateService.Read:output_type -> layer0.state.v1.ReadResponse
+	5,  // 18: layer0.state.v1.StateService.Write:output_type -> layer0.state.v1.WriteResponse
+	7,  // 19: layer0.state.v1.StateService.Delete:output_type -> layer0.state.v1.DeleteResponse
+	10, // 20: layer0.state.v1.StateService.List:output_type -> layer0.state.v1.ListResponse
+	13, // 21: layer0.state.v1.StateService.Search:output_type -> layer0.state.v1.SearchResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_layer0_state_v1_state_proto_init() }
@@ -959,18 +1172,20 @@ func file_layer0_state_v1_state_proto_init() {
 	}
 	file_layer0_state_v1_state_proto_msgTypes[2].OneofWrappers = []any{}
 	file_layer0_state_v1_state_proto_msgTypes[4].OneofWrappers = []any{}
+	file_layer0_state_v1_state_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_state_v1_state_proto_rawDesc), len(file_layer0_state_v1_state_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      2,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_layer0_state_v1_state_proto_goTypes,
 		DependencyIndexes: file_layer0_state_v1_state_proto_depIdxs,
+		EnumInfos:         file_layer0_state_v1_state_proto_enumTypes,
 		MessageInfos:      file_layer0_state_v1_state_proto_msgTypes,
 	}.Build()
 	File_layer0_state_v1_state_proto = out.File

@@ -73,9 +73,15 @@ type StateServiceClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Search ranks the scope's entries by full-text relevance to a query
 	// (BM25 or equivalent over the string leaves of the JSON values; keys
-	// may also match, with a lower weight).
+	// may also match, with a lower weight), by the similarity of their
+	// embeddings to the query's (SEARCH_MODE_VECTOR), or by both rankings
+	// fused (SEARCH_MODE_HYBRID). See SearchRequest.mode.
 	// Errors: INVALID_ARGUMENT for a missing scope, an empty query or a bad
-	// limit.
+	// limit; FAILED_PRECONDITION when a vector or hybrid search needs the
+	// query embedded and the server has no embedder (the message names the
+	// flag to set), or the query embedding's dimensions match no stored
+	// embedding's; UNIMPLEMENTED when the server's backend has no vector
+	// index.
 	Search(ctx context.Context, in *SearchRequest, opts ...grpc.CallOption) (*SearchResponse, error)
 }
 
@@ -184,9 +190,15 @@ type StateServiceServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Search ranks the scope's entries by full-text relevance to a query
 	// (BM25 or equivalent over the string leaves of the JSON values; keys
-	// may also match, with a lower weight).
+	// may also match, with a lower weight), by the similarity of their
+	// embeddings to the query's (SEARCH_MODE_VECTOR), or by both rankings
+	// fused (SEARCH_MODE_HYBRID). See SearchRequest.mode.
 	// Errors: INVALID_ARGUMENT for a missing scope, an empty query or a bad
-	// limit.
+	// limit; FAILED_PRECONDITION when a vector or hybrid search needs the
+	// query embedded and the server has no embedder (the message names the
+	// flag to set), or the query embedding's dimensions match no stored
+	// embedding's; UNIMPLEMENTED when the server's backend has no vector
+	// index.
 	Search(context.Context, *SearchRequest) (*SearchResponse, error)
 	mustEmbedUnimplementedStateServiceServer()
 }
