@@ -267,6 +267,11 @@ class StateService(state_pb2_grpc.StateServiceServicer):
             context.abort(INVALID, "query must not be empty")
         if not 0 <= request.limit <= MAX_SEARCH_LIMIT:
             context.abort(INVALID, "limit must be in 0..%d" % MAX_SEARCH_LIMIT)
+        if request.mode in (state_pb2.SEARCH_MODE_VECTOR, state_pb2.SEARCH_MODE_HYBRID):
+            context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "this state server has no vector index: it searches keywords only (mode SEARCH_MODE_KEYWORD)",
+            )
         terms = set(w.lower() for w in WORD.findall(request.query))
         with self.lock:
             entries = [(key, e[1], e[2]) for (s, key), e in self.values.items() if s == scope]
