@@ -93,6 +93,59 @@ func (WorkflowStatus) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{0}
 }
 
+// LimitKind is the limit a workflow reached.
+type LimitKind int32
+
+const (
+	// Not set.
+	LimitKind_LIMIT_KIND_UNSPECIFIED LimitKind = 0
+	// Its budget is spent.
+	LimitKind_LIMIT_KIND_BUDGET LimitKind = 1
+	// It made as many operator calls as it may.
+	LimitKind_LIMIT_KIND_MAX_STEPS LimitKind = 2
+)
+
+// Enum value maps for LimitKind.
+var (
+	LimitKind_name = map[int32]string{
+		0: "LIMIT_KIND_UNSPECIFIED",
+		1: "LIMIT_KIND_BUDGET",
+		2: "LIMIT_KIND_MAX_STEPS",
+	}
+	LimitKind_value = map[string]int32{
+		"LIMIT_KIND_UNSPECIFIED": 0,
+		"LIMIT_KIND_BUDGET":      1,
+		"LIMIT_KIND_MAX_STEPS":   2,
+	}
+)
+
+func (x LimitKind) Enum() *LimitKind {
+	p := new(LimitKind)
+	*p = x
+	return p
+}
+
+func (x LimitKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LimitKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_orchestrator_v1_orchestrator_proto_enumTypes[1].Descriptor()
+}
+
+func (LimitKind) Type() protoreflect.EnumType {
+	return &file_layer0_orchestrator_v1_orchestrator_proto_enumTypes[1]
+}
+
+func (x LimitKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LimitKind.Descriptor instead.
+func (LimitKind) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
 // Workflow is the record of one durable workflow.
 type Workflow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -128,8 +181,11 @@ type Workflow struct {
 	// The tool calls a SUSPENDED workflow waits on, for DecideApprovals;
 	// empty when it is not waiting for approval.
 	PendingApprovals []*PendingApproval `protobuf:"bytes,14,rep,name=pending_approvals,json=pendingApprovals,proto3" json:"pending_approvals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The raise a SUSPENDED workflow waits for, for UpdateWorkflowLimits;
+	// unset when it waits for none.
+	LimitRequest  *LimitRequest `protobuf:"bytes,15,opt,name=limit_request,json=limitRequest,proto3" json:"limit_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Workflow) Reset() {
@@ -260,6 +316,102 @@ func (x *Workflow) GetPendingApprovals() []*PendingApproval {
 	return nil
 }
 
+func (x *Workflow) GetLimitRequest() *LimitRequest {
+	if x != nil {
+		return x.LimitRequest
+	}
+	return nil
+}
+
+// LimitRequest is a workflow waiting for a raise of a limit it reached.
+type LimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit reached.
+	Kind LimitKind `protobuf:"varint,1,opt,name=kind,proto3,enum=layer0.orchestrator.v1.LimitKind" json:"kind,omitempty"`
+	// Spent so far, and the budget (unset: none).
+	Spent  *v1.Money `protobuf:"bytes,2,opt,name=spent,proto3" json:"spent,omitempty"`
+	Budget *v1.Money `protobuf:"bytes,3,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Operator calls made so far, and the limit.
+	Steps    uint64 `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
+	MaxSteps uint64 `protobuf:"varint,5,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	// The agent whose next call waits.
+	AgentId       string `protobuf:"bytes,6,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitRequest) Reset() {
+	*x = LimitRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitRequest) ProtoMessage() {}
+
+func (x *LimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitRequest.ProtoReflect.Descriptor instead.
+func (*LimitRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LimitRequest) GetKind() LimitKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LimitKind_LIMIT_KIND_UNSPECIFIED
+}
+
+func (x *LimitRequest) GetSpent() *v1.Money {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
+func (x *LimitRequest) GetBudget() *v1.Money {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *LimitRequest) GetSteps() uint64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *LimitRequest) GetMaxSteps() uint64 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
+func (x *LimitRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
 // PendingApproval is one tool call waiting for a person's decision.
 type PendingApproval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -282,7 +434,7 @@ type PendingApproval struct {
 
 func (x *PendingApproval) Reset() {
 	*x = PendingApproval{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +446,7 @@ func (x *PendingApproval) String() string {
 func (*PendingApproval) ProtoMessage() {}
 
 func (x *PendingApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +459,7 @@ func (x *PendingApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
 func (*PendingApproval) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PendingApproval) GetWorkflowId() string {
@@ -368,7 +520,7 @@ type WorkflowWait struct {
 
 func (x *WorkflowWait) Reset() {
 	*x = WorkflowWait{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +532,7 @@ func (x *WorkflowWait) String() string {
 func (*WorkflowWait) ProtoMessage() {}
 
 func (x *WorkflowWait) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +545,7 @@ func (x *WorkflowWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowWait.ProtoReflect.Descriptor instead.
 func (*WorkflowWait) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WorkflowWait) GetReason() string {
@@ -437,7 +589,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +601,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +614,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DispatchRequest) GetAgentId() string {
@@ -508,7 +660,7 @@ type EffectOutcome struct {
 
 func (x *EffectOutcome) Reset() {
 	*x = EffectOutcome{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +672,7 @@ func (x *EffectOutcome) String() string {
 func (*EffectOutcome) ProtoMessage() {}
 
 func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +685,7 @@ func (x *EffectOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectOutcome.ProtoReflect.Descriptor instead.
 func (*EffectOutcome) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EffectOutcome) GetIdempotencyKey() string {
@@ -574,7 +726,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +738,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +751,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DispatchResponse) GetWorkflowId() string {
@@ -643,7 +795,7 @@ type DispatchManyRequest struct {
 
 func (x *DispatchManyRequest) Reset() {
 	*x = DispatchManyRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +807,7 @@ func (x *DispatchManyRequest) String() string {
 func (*DispatchManyRequest) ProtoMessage() {}
 
 func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +820,7 @@ func (x *DispatchManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyRequest.ProtoReflect.Descriptor instead.
 func (*DispatchManyRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DispatchManyRequest) GetTasks() []*DispatchRequest {
@@ -701,7 +853,7 @@ type DispatchResult struct {
 
 func (x *DispatchResult) Reset() {
 	*x = DispatchResult{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +865,7 @@ func (x *DispatchResult) String() string {
 func (*DispatchResult) ProtoMessage() {}
 
 func (x *DispatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +878,7 @@ func (x *DispatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResult.ProtoReflect.Descriptor instead.
 func (*DispatchResult) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DispatchResult) GetResult() isDispatchResult_Result {
@@ -783,7 +935,7 @@ type DispatchManyResponse struct {
 
 func (x *DispatchManyResponse) Reset() {
 	*x = DispatchManyResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +947,7 @@ func (x *DispatchManyResponse) String() string {
 func (*DispatchManyResponse) ProtoMessage() {}
 
 func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +960,7 @@ func (x *DispatchManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchManyResponse.ProtoReflect.Descriptor instead.
 func (*DispatchManyResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DispatchManyResponse) GetResults() []*DispatchResult {
@@ -834,7 +986,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +998,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1011,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SignalRequest) GetWorkflowId() string {
@@ -896,7 +1048,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1060,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1073,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SignalResponse) GetSequence() uint64 {
@@ -953,7 +1105,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1117,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1130,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueryRequest) GetWorkflowId() string {
@@ -1013,7 +1165,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1177,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1190,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueryResponse) GetResult() *structpb.Value {
@@ -1065,7 +1217,7 @@ type StartWorkflowRequest struct {
 
 func (x *StartWorkflowRequest) Reset() {
 	*x = StartWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1229,7 @@ func (x *StartWorkflowRequest) String() string {
 func (*StartWorkflowRequest) ProtoMessage() {}
 
 func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1242,7 @@ func (x *StartWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*StartWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartWorkflowRequest) GetWorkflowId() string {
@@ -1134,7 +1286,7 @@ type StartWorkflowResponse struct {
 
 func (x *StartWorkflowResponse) Reset() {
 	*x = StartWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1298,7 @@ func (x *StartWorkflowResponse) String() string {
 func (*StartWorkflowResponse) ProtoMessage() {}
 
 func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1311,7 @@ func (x *StartWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*StartWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartWorkflowResponse) GetWorkflowId() string {
@@ -1187,7 +1339,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1351,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1364,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetWorkflowRequest) GetWorkflowId() string {
@@ -1233,7 +1385,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1397,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1410,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1281,7 +1433,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1445,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1458,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelWorkflowRequest) GetWorkflowId() string {
@@ -1334,7 +1486,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1498,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1511,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelWorkflowResponse) GetWorkflow() *Workflow {
@@ -1384,7 +1536,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1548,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1561,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkflowsRequest) GetStatus() WorkflowStatus {
@@ -1446,7 +1598,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1610,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1623,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1506,7 +1658,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1670,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1683,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflowId() string {
@@ -1572,7 +1724,7 @@ type WatchWorkflowResponse struct {
 
 func (x *WatchWorkflowResponse) Reset() {
 	*x = WatchWorkflowResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1736,7 @@ func (x *WatchWorkflowResponse) String() string {
 func (*WatchWorkflowResponse) ProtoMessage() {}
 
 func (x *WatchWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1749,7 @@ func (x *WatchWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchWorkflowResponse) GetKind() isWatchWorkflowResponse_Kind {
@@ -1687,7 +1839,7 @@ type StepProgress struct {
 
 func (x *StepProgress) Reset() {
 	*x = StepProgress{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1851,7 @@ func (x *StepProgress) String() string {
 func (*StepProgress) ProtoMessage() {}
 
 func (x *StepProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1864,7 @@ func (x *StepProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepProgress.ProtoReflect.Descriptor instead.
 func (*StepProgress) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StepProgress) GetStep() uint64 {
@@ -1772,7 +1924,7 @@ type GetTranscriptRequest struct {
 
 func (x *GetTranscriptRequest) Reset() {
 	*x = GetTranscriptRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1936,7 @@ func (x *GetTranscriptRequest) String() string {
 func (*GetTranscriptRequest) ProtoMessage() {}
 
 func (x *GetTranscriptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1949,7 @@ func (x *GetTranscriptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTranscriptRequest.ProtoReflect.Descriptor instead.
 func (*GetTranscriptRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTranscriptRequest) GetWorkflowId() string {
@@ -1834,7 +1986,7 @@ type GetTranscriptResponse struct {
 
 func (x *GetTranscriptResponse) Reset() {
 	*x = GetTranscriptResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1998,7 @@ func (x *GetTranscriptResponse) String() string {
 func (*GetTranscriptResponse) ProtoMessage() {}
 
 func (x *GetTranscriptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2011,7 @@ func (x *GetTranscriptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTranscriptResponse.ProtoReflect.Descriptor instead.
 func (*GetTranscriptResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTranscriptResponse) GetSteps() []*TranscriptStep {
@@ -1907,7 +2059,7 @@ type TranscriptStep struct {
 
 func (x *TranscriptStep) Reset() {
 	*x = TranscriptStep{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2071,7 @@ func (x *TranscriptStep) String() string {
 func (*TranscriptStep) ProtoMessage() {}
 
 func (x *TranscriptStep) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2084,7 @@ func (x *TranscriptStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranscriptStep.ProtoReflect.Descriptor instead.
 func (*TranscriptStep) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TranscriptStep) GetStep() uint64 {
@@ -2040,7 +2192,7 @@ type TranscriptToolCall struct {
 
 func (x *TranscriptToolCall) Reset() {
 	*x = TranscriptToolCall{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2204,7 @@ func (x *TranscriptToolCall) String() string {
 func (*TranscriptToolCall) ProtoMessage() {}
 
 func (x *TranscriptToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2217,7 @@ func (x *TranscriptToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranscriptToolCall.ProtoReflect.Descriptor instead.
 func (*TranscriptToolCall) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TranscriptToolCall) GetToolUseId() string {
@@ -2146,7 +2298,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2310,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2323,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListApprovalsRequest) GetWorkflowId() string {
@@ -2208,7 +2360,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2372,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2385,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*PendingApproval {
@@ -2263,7 +2415,7 @@ type DecideApprovalsRequest struct {
 
 func (x *DecideApprovalsRequest) Reset() {
 	*x = DecideApprovalsRequest{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2427,7 @@ func (x *DecideApprovalsRequest) String() string {
 func (*DecideApprovalsRequest) ProtoMessage() {}
 
 func (x *DecideApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2440,7 @@ func (x *DecideApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DecideApprovalsRequest) GetWorkflowId() string {
@@ -2305,6 +2457,155 @@ func (x *DecideApprovalsRequest) GetDecisions() []*v11.ToolDecision {
 	return nil
 }
 
+// UpdateWorkflowLimitsRequest is the input of UpdateWorkflowLimits.
+type UpdateWorkflowLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// The new workflow-wide budget, in total (not an increment); unset
+	// leaves it.
+	Budget *v1.Money `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The new limit of operator calls, in total; 0 leaves it.
+	MaxSteps uint64 `protobuf:"varint,3,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	// Refuse the raise the workflow waits for instead (budget and
+	// max_steps unset).
+	Reject bool `protobuf:"varint,4,opt,name=reject,proto3" json:"reject,omitempty"`
+	// Why, shown in the workflow's events and, for a reject, its failure.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Makes a retry return the first change (duplicate=true); empty: each
+	// call is a new change.
+	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateWorkflowLimitsRequest) Reset() {
+	*x = UpdateWorkflowLimitsRequest{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkflowLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkflowLimitsRequest) ProtoMessage() {}
+
+func (x *UpdateWorkflowLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkflowLimitsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkflowLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetBudget() *v1.Money {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetMaxSteps() uint64 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetReject() bool {
+	if x != nil {
+		return x.Reject
+	}
+	return false
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *UpdateWorkflowLimitsRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// UpdateWorkflowLimitsResponse is the result of UpdateWorkflowLimits.
+type UpdateWorkflowLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change's position in the workflow's journal (its signal).
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// True when idempotency_key was used before; nothing new was recorded.
+	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkflowLimitsResponse) Reset() {
+	*x = UpdateWorkflowLimitsResponse{}
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkflowLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkflowLimitsResponse) ProtoMessage() {}
+
+func (x *UpdateWorkflowLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkflowLimitsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkflowLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *UpdateWorkflowLimitsResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *UpdateWorkflowLimitsResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 // DecideApprovalsResponse is the result of DecideApprovals.
 type DecideApprovalsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2319,7 +2620,7 @@ type DecideApprovalsResponse struct {
 
 func (x *DecideApprovalsResponse) Reset() {
 	*x = DecideApprovalsResponse{}
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2632,7 @@ func (x *DecideApprovalsResponse) String() string {
 func (*DecideApprovalsResponse) ProtoMessage() {}
 
 func (x *DecideApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2645,7 @@ func (x *DecideApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DecideApprovalsResponse) GetSequence() uint64 {
@@ -2365,7 +2666,7 @@ var File_layer0_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#layer0/lifecycle/v1/lifecycle.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\xde\x05\n" +
+	")layer0/orchestrator/v1/orchestrator.proto\x12\x16layer0.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#layer0/lifecycle/v1/lifecycle.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\x1a\x1clayer0/types/v1/effect.proto\x1a\x1blayer0/types/v1/money.proto\x1a\x1clayer0/types/v1/status.proto\"\xa9\x06\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12>\n" +
@@ -2385,7 +2686,15 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"updateTime\x12'\n" +
 	"\x0fpending_signals\x18\f \x01(\rR\x0ependingSignals\x12>\n" +
 	"\awaiting\x18\r \x01(\v2$.layer0.orchestrator.v1.WorkflowWaitR\awaiting\x12T\n" +
-	"\x11pending_approvals\x18\x0e \x03(\v2'.layer0.orchestrator.v1.PendingApprovalR\x10pendingApprovals\"\x9a\x02\n" +
+	"\x11pending_approvals\x18\x0e \x03(\v2'.layer0.orchestrator.v1.PendingApprovalR\x10pendingApprovals\x12I\n" +
+	"\rlimit_request\x18\x0f \x01(\v2$.layer0.orchestrator.v1.LimitRequestR\flimitRequest\"\xf1\x01\n" +
+	"\fLimitRequest\x125\n" +
+	"\x04kind\x18\x01 \x01(\x0e2!.layer0.orchestrator.v1.LimitKindR\x04kind\x12,\n" +
+	"\x05spent\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\x05spent\x12.\n" +
+	"\x06budget\x18\x03 \x01(\v2\x16.layer0.types.v1.MoneyR\x06budget\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\x04R\x05steps\x12\x1b\n" +
+	"\tmax_steps\x18\x05 \x01(\x04R\bmaxSteps\x12\x19\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\x9a\x02\n" +
 	"\x0fPendingApproval\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
@@ -2545,7 +2854,19 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vworkflow_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
 	"workflowId\x12K\n" +
-	"\tdecisions\x18\x02 \x03(\v2 .layer0.operator.v1.ToolDecisionB\v\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02R\tdecisions\"S\n" +
+	"\tdecisions\x18\x02 \x03(\v2 .layer0.operator.v1.ToolDecisionB\v\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02R\tdecisions\"\x8f\x02\n" +
+	"\x1bUpdateWorkflowLimitsRequest\x12+\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\n" +
+	"workflowId\x12.\n" +
+	"\x06budget\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\x06budget\x12&\n" +
+	"\tmax_steps\x18\x03 \x01(\x04B\t\xbaH\x062\x04\x18\xc0\x84=R\bmaxSteps\x12\x16\n" +
+	"\x06reject\x18\x04 \x01(\bR\x06reject\x12 \n" +
+	"\x06reason\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x121\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x0eidempotencyKey\"X\n" +
+	"\x1cUpdateWorkflowLimitsResponse\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"S\n" +
 	"\x17DecideApprovalsResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate*\xc6\x01\n" +
@@ -2555,8 +2876,11 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x19WORKFLOW_STATUS_SUSPENDED\x10\x02\x12\x1d\n" +
 	"\x19WORKFLOW_STATUS_COMPLETED\x10\x03\x12\x1a\n" +
 	"\x16WORKFLOW_STATUS_FAILED\x10\x04\x12\x1c\n" +
-	"\x18WORKFLOW_STATUS_CANCELED\x10\x052\xa6\n" +
-	"\n" +
+	"\x18WORKFLOW_STATUS_CANCELED\x10\x05*X\n" +
+	"\tLimitKind\x12\x1a\n" +
+	"\x16LIMIT_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11LIMIT_KIND_BUDGET\x10\x01\x12\x18\n" +
+	"\x14LIMIT_KIND_MAX_STEPS\x10\x022\xaa\v\n" +
 	"\x13OrchestratorService\x12]\n" +
 	"\bDispatch\x12'.layer0.orchestrator.v1.DispatchRequest\x1a(.layer0.orchestrator.v1.DispatchResponse\x12i\n" +
 	"\fDispatchMany\x12+.layer0.orchestrator.v1.DispatchManyRequest\x1a,.layer0.orchestrator.v1.DispatchManyResponse\x12W\n" +
@@ -2569,7 +2893,8 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\rWatchWorkflow\x12,.layer0.orchestrator.v1.WatchWorkflowRequest\x1a-.layer0.orchestrator.v1.WatchWorkflowResponse\"\x03\x90\x02\x010\x01\x12q\n" +
 	"\rGetTranscript\x12,.layer0.orchestrator.v1.GetTranscriptRequest\x1a-.layer0.orchestrator.v1.GetTranscriptResponse\"\x03\x90\x02\x01\x12q\n" +
 	"\rListApprovals\x12,.layer0.orchestrator.v1.ListApprovalsRequest\x1a-.layer0.orchestrator.v1.ListApprovalsResponse\"\x03\x90\x02\x01\x12r\n" +
-	"\x0fDecideApprovals\x12..layer0.orchestrator.v1.DecideApprovalsRequest\x1a/.layer0.orchestrator.v1.DecideApprovalsResponseB\xee\x01\n" +
+	"\x0fDecideApprovals\x12..layer0.orchestrator.v1.DecideApprovalsRequest\x1a/.layer0.orchestrator.v1.DecideApprovalsResponse\x12\x81\x01\n" +
+	"\x14UpdateWorkflowLimits\x123.layer0.orchestrator.v1.UpdateWorkflowLimitsRequest\x1a4.layer0.orchestrator.v1.UpdateWorkflowLimitsResponseB\xee\x01\n" +
 	"\x1acom.layer0.orchestrator.v1B\x11OrchestratorProtoP\x01ZCgithub.com/secbear/neuron/gen/layer0/orchestrator/v1;orchestratorv1\xa2\x02\x03LOX\xaa\x02\x16Layer0.Orchestrator.V1\xca\x02\x16Layer0\\Orchestrator\\V1\xe2\x02\"Layer0\\Orchestrator\\V1\\GPBMetadata\xea\x02\x18Layer0::Orchestrator::V1b\x06proto3"
 
 var (
@@ -2584,131 +2909,142 @@ func file_layer0_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_layer0_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_layer0_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_layer0_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_layer0_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_layer0_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(WorkflowStatus)(0),               // 0: layer0.orchestrator.v1.WorkflowStatus
-	(*Workflow)(nil),                  // 1: layer0.orchestrator.v1.Workflow
-	(*PendingApproval)(nil),           // 2: layer0.orchestrator.v1.PendingApproval
-	(*WorkflowWait)(nil),              // 3: layer0.orchestrator.v1.WorkflowWait
-	(*DispatchRequest)(nil),           // 4: layer0.orchestrator.v1.DispatchRequest
-	(*EffectOutcome)(nil),             // 5: layer0.orchestrator.v1.EffectOutcome
-	(*DispatchResponse)(nil),          // 6: layer0.orchestrator.v1.DispatchResponse
-	(*DispatchManyRequest)(nil),       // 7: layer0.orchestrator.v1.DispatchManyRequest
-	(*DispatchResult)(nil),            // 8: layer0.orchestrator.v1.DispatchResult
-	(*DispatchManyResponse)(nil),      // 9: layer0.orchestrator.v1.DispatchManyResponse
-	(*SignalRequest)(nil),             // 10: layer0.orchestrator.v1.SignalRequest
-	(*SignalResponse)(nil),            // 11: layer0.orchestrator.v1.SignalResponse
-	(*QueryRequest)(nil),              // 12: layer0.orchestrator.v1.QueryRequest
-	(*QueryResponse)(nil),             // 13: layer0.orchestrator.v1.QueryResponse
-	(*StartWorkflowRequest)(nil),      // 14: layer0.orchestrator.v1.StartWorkflowRequest
-	(*StartWorkflowResponse)(nil),     // 15: layer0.orchestrator.v1.StartWorkflowResponse
-	(*GetWorkflowRequest)(nil),        // 16: layer0.orchestrator.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),       // 17: layer0.orchestrator.v1.GetWorkflowResponse
-	(*CancelWorkflowRequest)(nil),     // 18: layer0.orchestrator.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil),    // 19: layer0.orchestrator.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),      // 20: layer0.orchestrator.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),     // 21: layer0.orchestrator.v1.ListWorkflowsResponse
-	(*WatchWorkflowRequest)(nil),      // 22: layer0.orchestrator.v1.WatchWorkflowRequest
-	(*WatchWorkflowResponse)(nil),     // 23: layer0.orchestrator.v1.WatchWorkflowResponse
-	(*StepProgress)(nil),              // 24: layer0.orchestrator.v1.StepProgress
-	(*GetTranscriptRequest)(nil),      // 25: layer0.orchestrator.v1.GetTranscriptRequest
-	(*GetTranscriptResponse)(nil),     // 26: layer0.orchestrator.v1.GetTranscriptResponse
-	(*TranscriptStep)(nil),            // 27: layer0.orchestrator.v1.TranscriptStep
-	(*TranscriptToolCall)(nil),        // 28: layer0.orchestrator.v1.TranscriptToolCall
-	(*ListApprovalsRequest)(nil),      // 29: layer0.orchestrator.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),     // 30: layer0.orchestrator.v1.ListApprovalsResponse
-	(*DecideApprovalsRequest)(nil),    // 31: layer0.orchestrator.v1.DecideApprovalsRequest
-	(*DecideApprovalsResponse)(nil),   // 32: layer0.orchestrator.v1.DecideApprovalsResponse
-	(*v1.Money)(nil),                  // 33: layer0.types.v1.Money
-	(*v11.OperatorOutput)(nil),        // 34: layer0.operator.v1.OperatorOutput
-	(*v1.Status)(nil),                 // 35: layer0.types.v1.Status
-	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
-	(*v11.PendingToolCall)(nil),       // 37: layer0.operator.v1.PendingToolCall
-	(*v11.OperatorInput)(nil),         // 38: layer0.operator.v1.OperatorInput
-	(*v1.SignalPayload)(nil),          // 39: layer0.types.v1.SignalPayload
-	(*structpb.Value)(nil),            // 40: google.protobuf.Value
-	(*v12.LifecycleEvent)(nil),        // 41: layer0.lifecycle.v1.LifecycleEvent
-	(*v11.ExecuteStreamResponse)(nil), // 42: layer0.operator.v1.ExecuteStreamResponse
-	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
-	(*v11.ToolDecision)(nil),          // 44: layer0.operator.v1.ToolDecision
+	(WorkflowStatus)(0),                  // 0: layer0.orchestrator.v1.WorkflowStatus
+	(LimitKind)(0),                       // 1: layer0.orchestrator.v1.LimitKind
+	(*Workflow)(nil),                     // 2: layer0.orchestrator.v1.Workflow
+	(*LimitRequest)(nil),                 // 3: layer0.orchestrator.v1.LimitRequest
+	(*PendingApproval)(nil),              // 4: layer0.orchestrator.v1.PendingApproval
+	(*WorkflowWait)(nil),                 // 5: layer0.orchestrator.v1.WorkflowWait
+	(*DispatchRequest)(nil),              // 6: layer0.orchestrator.v1.DispatchRequest
+	(*EffectOutcome)(nil),                // 7: layer0.orchestrator.v1.EffectOutcome
+	(*DispatchResponse)(nil),             // 8: layer0.orchestrator.v1.DispatchResponse
+	(*DispatchManyRequest)(nil),          // 9: layer0.orchestrator.v1.DispatchManyRequest
+	(*DispatchResult)(nil),               // 10: layer0.orchestrator.v1.DispatchResult
+	(*DispatchManyResponse)(nil),         // 11: layer0.orchestrator.v1.DispatchManyResponse
+	(*SignalRequest)(nil),                // 12: layer0.orchestrator.v1.SignalRequest
+	(*SignalResponse)(nil),               // 13: layer0.orchestrator.v1.SignalResponse
+	(*QueryRequest)(nil),                 // 14: layer0.orchestrator.v1.QueryRequest
+	(*QueryResponse)(nil),                // 15: layer0.orchestrator.v1.QueryResponse
+	(*StartWorkflowRequest)(nil),         // 16: layer0.orchestrator.v1.StartWorkflowRequest
+	(*StartWorkflowResponse)(nil),        // 17: layer0.orchestrator.v1.StartWorkflowResponse
+	(*GetWorkflowRequest)(nil),           // 18: layer0.orchestrator.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),          // 19: layer0.orchestrator.v1.GetWorkflowResponse
+	(*CancelWorkflowRequest)(nil),        // 20: layer0.orchestrator.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),       // 21: layer0.orchestrator.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),         // 22: layer0.orchestrator.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),        // 23: layer0.orchestrator.v1.ListWorkflowsResponse
+	(*WatchWorkflowRequest)(nil),         // 24: layer0.orchestrator.v1.WatchWorkflowRequest
+	(*WatchWorkflowResponse)(nil),        // 25: layer0.orchestrator.v1.WatchWorkflowResponse
+	(*StepProgress)(nil),                 // 26: layer0.orchestrator.v1.StepProgress
+	(*GetTranscriptRequest)(nil),         // 27: layer0.orchestrator.v1.GetTranscriptRequest
+	(*GetTranscriptResponse)(nil),        // 28: layer0.orchestrator.v1.GetTranscriptResponse
+	(*TranscriptStep)(nil),               // 29: layer0.orchestrator.v1.TranscriptStep
+	(*TranscriptToolCall)(nil),           // 30: layer0.orchestrator.v1.TranscriptToolCall
+	(*ListApprovalsRequest)(nil),         // 31: layer0.orchestrator.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),        // 32: layer0.orchestrator.v1.ListApprovalsResponse
+	(*DecideApprovalsRequest)(nil),       // 33: layer0.orchestrator.v1.DecideApprovalsRequest
+	(*UpdateWorkflowLimitsRequest)(nil),  // 34: layer0.orchestrator.v1.UpdateWorkflowLimitsRequest
+	(*UpdateWorkflowLimitsResponse)(nil), // 35: layer0.orchestrator.v1.UpdateWorkflowLimitsResponse
+	(*DecideApprovalsResponse)(nil),      // 36: layer0.orchestrator.v1.DecideApprovalsResponse
+	(*v1.Money)(nil),                     // 37: layer0.types.v1.Money
+	(*v11.OperatorOutput)(nil),           // 38: layer0.operator.v1.OperatorOutput
+	(*v1.Status)(nil),                    // 39: layer0.types.v1.Status
+	(*timestamppb.Timestamp)(nil),        // 40: google.protobuf.Timestamp
+	(*v11.PendingToolCall)(nil),          // 41: layer0.operator.v1.PendingToolCall
+	(*v11.OperatorInput)(nil),            // 42: layer0.operator.v1.OperatorInput
+	(*v1.SignalPayload)(nil),             // 43: layer0.types.v1.SignalPayload
+	(*structpb.Value)(nil),               // 44: google.protobuf.Value
+	(*v12.LifecycleEvent)(nil),           // 45: layer0.lifecycle.v1.LifecycleEvent
+	(*v11.ExecuteStreamResponse)(nil),    // 46: layer0.operator.v1.ExecuteStreamResponse
+	(*durationpb.Duration)(nil),          // 47: google.protobuf.Duration
+	(*v11.ToolDecision)(nil),             // 48: layer0.operator.v1.ToolDecision
 }
 var file_layer0_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	0,  // 0: layer0.orchestrator.v1.Workflow.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	33, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
-	33, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
-	34, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
-	35, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
-	36, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	36, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 7: layer0.orchestrator.v1.Workflow.waiting:type_name -> layer0.orchestrator.v1.WorkflowWait
-	2,  // 8: layer0.orchestrator.v1.Workflow.pending_approvals:type_name -> layer0.orchestrator.v1.PendingApproval
-	37, // 9: layer0.orchestrator.v1.PendingApproval.tool_call:type_name -> layer0.operator.v1.PendingToolCall
-	36, // 10: layer0.orchestrator.v1.PendingApproval.request_time:type_name -> google.protobuf.Timestamp
-	36, // 11: layer0.orchestrator.v1.PendingApproval.deadline:type_name -> google.protobuf.Timestamp
-	36, // 12: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
-	38, // 13: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	33, // 14: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
-	34, // 15: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	5,  // 16: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
-	33, // 17: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
-	4,  // 18: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
-	6,  // 19: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
-	35, // 20: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
-	8,  // 21: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
-	39, // 22: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
-	40, // 23: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
-	40, // 24: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
-	38, // 25: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	33, // 26: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
-	1,  // 27: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	1,  // 28: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	0,  // 29: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	1,  // 30: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
-	41, // 31: layer0.orchestrator.v1.WatchWorkflowResponse.event:type_name -> layer0.lifecycle.v1.LifecycleEvent
-	24, // 32: layer0.orchestrator.v1.WatchWorkflowResponse.progress:type_name -> layer0.orchestrator.v1.StepProgress
-	1,  // 33: layer0.orchestrator.v1.WatchWorkflowResponse.end:type_name -> layer0.orchestrator.v1.Workflow
-	42, // 34: layer0.orchestrator.v1.StepProgress.event:type_name -> layer0.operator.v1.ExecuteStreamResponse
-	27, // 35: layer0.orchestrator.v1.GetTranscriptResponse.steps:type_name -> layer0.orchestrator.v1.TranscriptStep
-	38, // 36: layer0.orchestrator.v1.TranscriptStep.input:type_name -> layer0.operator.v1.OperatorInput
-	34, // 37: layer0.orchestrator.v1.TranscriptStep.output:type_name -> layer0.operator.v1.OperatorOutput
-	28, // 38: layer0.orchestrator.v1.TranscriptStep.tool_calls:type_name -> layer0.orchestrator.v1.TranscriptToolCall
-	36, // 39: layer0.orchestrator.v1.TranscriptStep.start_time:type_name -> google.protobuf.Timestamp
-	36, // 40: layer0.orchestrator.v1.TranscriptStep.end_time:type_name -> google.protobuf.Timestamp
-	35, // 41: layer0.orchestrator.v1.TranscriptStep.error:type_name -> layer0.types.v1.Status
-	40, // 42: layer0.orchestrator.v1.TranscriptToolCall.input:type_name -> google.protobuf.Value
-	43, // 43: layer0.orchestrator.v1.TranscriptToolCall.duration:type_name -> google.protobuf.Duration
-	2,  // 44: layer0.orchestrator.v1.ListApprovalsResponse.approvals:type_name -> layer0.orchestrator.v1.PendingApproval
-	44, // 45: layer0.orchestrator.v1.DecideApprovalsRequest.decisions:type_name -> layer0.operator.v1.ToolDecision
-	4,  // 46: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
-	7,  // 47: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
-	10, // 48: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
-	12, // 49: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
-	14, // 50: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
-	16, // 51: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
-	18, // 52: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
-	20, // 53: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
-	22, // 54: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:input_type -> layer0.orchestrator.v1.WatchWorkflowRequest
-	25, // 55: layer0.orchestrator.v1.OrchestratorService.GetTranscript:input_type -> layer0.orchestrator.v1.GetTranscriptRequest
-	29, // 56: layer0.orchestrator.v1.OrchestratorService.ListApprovals:input_type -> layer0.orchestrator.v1.ListApprovalsRequest
-	31, // 57: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:input_type -> layer0.orchestrator.v1.DecideApprovalsRequest
-	6,  // 58: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
-	9,  // 59: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
-	11, // 60: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
-	13, // 61: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
-	15, // 62: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
-	17, // 63: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
-	19, // 64: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
-	21, // 65: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
-	23, // 66: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:output_type -> layer0.orchestrator.v1.WatchWorkflowResponse
-	26, // 67: layer0.orchestrator.v1.OrchestratorService.GetTranscript:output_type -> layer0.orchestrator.v1.GetTranscriptResponse
-	30, // 68: layer0.orchestrator.v1.OrchestratorService.ListApprovals:output_type -> layer0.orchestrator.v1.ListApprovalsResponse
-	32, // 69: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:output_type -> layer0.orchestrator.v1.DecideApprovalsResponse
-	58, // [58:70] is the sub-list for method output_type
-	46, // [46:58] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	37, // 1: layer0.orchestrator.v1.Workflow.spent:type_name -> layer0.types.v1.Money
+	37, // 2: layer0.orchestrator.v1.Workflow.budget:type_name -> layer0.types.v1.Money
+	38, // 3: layer0.orchestrator.v1.Workflow.last_output:type_name -> layer0.operator.v1.OperatorOutput
+	39, // 4: layer0.orchestrator.v1.Workflow.failure:type_name -> layer0.types.v1.Status
+	40, // 5: layer0.orchestrator.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
+	40, // 6: layer0.orchestrator.v1.Workflow.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 7: layer0.orchestrator.v1.Workflow.waiting:type_name -> layer0.orchestrator.v1.WorkflowWait
+	4,  // 8: layer0.orchestrator.v1.Workflow.pending_approvals:type_name -> layer0.orchestrator.v1.PendingApproval
+	3,  // 9: layer0.orchestrator.v1.Workflow.limit_request:type_name -> layer0.orchestrator.v1.LimitRequest
+	1,  // 10: layer0.orchestrator.v1.LimitRequest.kind:type_name -> layer0.orchestrator.v1.LimitKind
+	37, // 11: layer0.orchestrator.v1.LimitRequest.spent:type_name -> layer0.types.v1.Money
+	37, // 12: layer0.orchestrator.v1.LimitRequest.budget:type_name -> layer0.types.v1.Money
+	41, // 13: layer0.orchestrator.v1.PendingApproval.tool_call:type_name -> layer0.operator.v1.PendingToolCall
+	40, // 14: layer0.orchestrator.v1.PendingApproval.request_time:type_name -> google.protobuf.Timestamp
+	40, // 15: layer0.orchestrator.v1.PendingApproval.deadline:type_name -> google.protobuf.Timestamp
+	40, // 16: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
+	42, // 17: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	37, // 18: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
+	38, // 19: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	7,  // 20: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
+	37, // 21: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
+	6,  // 22: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
+	8,  // 23: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
+	39, // 24: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
+	10, // 25: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
+	43, // 26: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
+	44, // 27: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
+	44, // 28: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
+	42, // 29: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	37, // 30: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
+	2,  // 31: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	2,  // 32: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	0,  // 33: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
+	2,  // 34: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
+	45, // 35: layer0.orchestrator.v1.WatchWorkflowResponse.event:type_name -> layer0.lifecycle.v1.LifecycleEvent
+	26, // 36: layer0.orchestrator.v1.WatchWorkflowResponse.progress:type_name -> layer0.orchestrator.v1.StepProgress
+	2,  // 37: layer0.orchestrator.v1.WatchWorkflowResponse.end:type_name -> layer0.orchestrator.v1.Workflow
+	46, // 38: layer0.orchestrator.v1.StepProgress.event:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	29, // 39: layer0.orchestrator.v1.GetTranscriptResponse.steps:type_name -> layer0.orchestrator.v1.TranscriptStep
+	42, // 40: layer0.orchestrator.v1.TranscriptStep.input:type_name -> layer0.operator.v1.OperatorInput
+	38, // 41: layer0.orchestrator.v1.TranscriptStep.output:type_name -> layer0.operator.v1.OperatorOutput
+	30, // 42: layer0.orchestrator.v1.TranscriptStep.tool_calls:type_name -> layer0.orchestrator.v1.TranscriptToolCall
+	40, // 43: layer0.orchestrator.v1.TranscriptStep.start_time:type_name -> google.protobuf.Timestamp
+	40, // 44: layer0.orchestrator.v1.TranscriptStep.end_time:type_name -> google.protobuf.Timestamp
+	39, // 45: layer0.orchestrator.v1.TranscriptStep.error:type_name -> layer0.types.v1.Status
+	44, // 46: layer0.orchestrator.v1.TranscriptToolCall.input:type_name -> google.protobuf.Value
+	47, // 47: layer0.orchestrator.v1.TranscriptToolCall.duration:type_name -> google.protobuf.Duration
+	4,  // 48: layer0.orchestrator.v1.ListApprovalsResponse.approvals:type_name -> layer0.orchestrator.v1.PendingApproval
+	48, // 49: layer0.orchestrator.v1.DecideApprovalsRequest.decisions:type_name -> layer0.operator.v1.ToolDecision
+	37, // 50: layer0.orchestrator.v1.UpdateWorkflowLimitsRequest.budget:type_name -> layer0.types.v1.Money
+	6,  // 51: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
+	9,  // 52: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
+	12, // 53: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
+	14, // 54: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
+	16, // 55: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
+	18, // 56: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
+	20, // 57: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
+	22, // 58: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
+	24, // 59: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:input_type -> layer0.orchestrator.v1.WatchWorkflowRequest
+	27, // 60: layer0.orchestrator.v1.OrchestratorService.GetTranscript:input_type -> layer0.orchestrator.v1.GetTranscriptRequest
+	31, // 61: layer0.orchestrator.v1.OrchestratorService.ListApprovals:input_type -> layer0.orchestrator.v1.ListApprovalsRequest
+	33, // 62: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:input_type -> layer0.orchestrator.v1.DecideApprovalsRequest
+	34, // 63: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:input_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsRequest
+	8,  // 64: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
+	11, // 65: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
+	13, // 66: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
+	15, // 67: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
+	17, // 68: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
+	19, // 69: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
+	21, // 70: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
+	23, // 71: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
+	25, // 72: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:output_type -> layer0.orchestrator.v1.WatchWorkflowResponse
+	28, // 73: layer0.orchestrator.v1.OrchestratorService.GetTranscript:output_type -> layer0.orchestrator.v1.GetTranscriptResponse
+	32, // 74: layer0.orchestrator.v1.OrchestratorService.ListApprovals:output_type -> layer0.orchestrator.v1.ListApprovalsResponse
+	36, // 75: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:output_type -> layer0.orchestrator.v1.DecideApprovalsResponse
+	35, // 76: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:output_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsResponse
+	64, // [64:77] is the sub-list for method output_type
+	51, // [51:64] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_layer0_orchestrator_v1_orchestrator_proto_init() }
@@ -2716,11 +3052,11 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 	if File_layer0_orchestrator_v1_orchestrator_proto != nil {
 		return
 	}
-	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[7].OneofWrappers = []any{
+	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[8].OneofWrappers = []any{
 		(*DispatchResult_Response)(nil),
 		(*DispatchResult_Error)(nil),
 	}
-	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[22].OneofWrappers = []any{
+	file_layer0_orchestrator_v1_orchestrator_proto_msgTypes[23].OneofWrappers = []any{
 		(*WatchWorkflowResponse_Event)(nil),
 		(*WatchWorkflowResponse_Progress)(nil),
 		(*WatchWorkflowResponse_End)(nil),
@@ -2730,8 +3066,8 @@ func file_layer0_orchestrator_v1_orchestrator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc), len(file_layer0_orchestrator_v1_orchestrator_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   32,
+			NumEnums:      2,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_Dispatch_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/Dispatch"
-	OrchestratorService_DispatchMany_FullMethodName    = "/layer0.orchestrator.v1.OrchestratorService/DispatchMany"
-	OrchestratorService_Signal_FullMethodName          = "/layer0.orchestrator.v1.OrchestratorService/Signal"
-	OrchestratorService_Query_FullMethodName           = "/layer0.orchestrator.v1.OrchestratorService/Query"
-	OrchestratorService_StartWorkflow_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/StartWorkflow"
-	OrchestratorService_GetWorkflow_FullMethodName     = "/layer0.orchestrator.v1.OrchestratorService/GetWorkflow"
-	OrchestratorService_CancelWorkflow_FullMethodName  = "/layer0.orchestrator.v1.OrchestratorService/CancelWorkflow"
-	OrchestratorService_ListWorkflows_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/ListWorkflows"
-	OrchestratorService_WatchWorkflow_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/WatchWorkflow"
-	OrchestratorService_GetTranscript_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/GetTranscript"
-	OrchestratorService_ListApprovals_FullMethodName   = "/layer0.orchestrator.v1.OrchestratorService/ListApprovals"
-	OrchestratorService_DecideApprovals_FullMethodName = "/layer0.orchestrator.v1.OrchestratorService/DecideApprovals"
+	OrchestratorService_Dispatch_FullMethodName             = "/layer0.orchestrator.v1.OrchestratorService/Dispatch"
+	OrchestratorService_DispatchMany_FullMethodName         = "/layer0.orchestrator.v1.OrchestratorService/DispatchMany"
+	OrchestratorService_Signal_FullMethodName               = "/layer0.orchestrator.v1.OrchestratorService/Signal"
+	OrchestratorService_Query_FullMethodName                = "/layer0.orchestrator.v1.OrchestratorService/Query"
+	OrchestratorService_StartWorkflow_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/StartWorkflow"
+	OrchestratorService_GetWorkflow_FullMethodName          = "/layer0.orchestrator.v1.OrchestratorService/GetWorkflow"
+	OrchestratorService_CancelWorkflow_FullMethodName       = "/layer0.orchestrator.v1.OrchestratorService/CancelWorkflow"
+	OrchestratorService_ListWorkflows_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/ListWorkflows"
+	OrchestratorService_WatchWorkflow_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/WatchWorkflow"
+	OrchestratorService_GetTranscript_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/GetTranscript"
+	OrchestratorService_ListApprovals_FullMethodName        = "/layer0.orchestrator.v1.OrchestratorService/ListApprovals"
+	OrchestratorService_DecideApprovals_FullMethodName      = "/layer0.orchestrator.v1.OrchestratorService/DecideApprovals"
+	OrchestratorService_UpdateWorkflowLimits_FullMethodName = "/layer0.orchestrator.v1.OrchestratorService/UpdateWorkflowLimits"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -128,6 +129,20 @@ type OrchestratorServiceClient interface {
 	// workflow does not wait for approval (ended, running, or the calls
 	// were already decided differently).
 	DecideApprovals(ctx context.Context, in *DecideApprovalsRequest, opts ...grpc.CallOption) (*DecideApprovalsResponse, error)
+	// UpdateWorkflowLimits changes a running or suspended workflow's budget
+	// or its limit of operator calls, or refuses the raise it waits for.
+	// The change is journaled before the call returns (a signal of type
+	// "limits") and takes effect at the workflow's next operator call: a
+	// raise sent while it runs lifts the cost cap of its next calls; a
+	// workflow waiting for a raise (limit_request set; the orchestrator's
+	// --on-limit=ask) resumes. A refusal ends a waiting workflow: FAILED
+	// with RESOURCE_EXHAUSTED (budget) or FAILED_PRECONDITION (operator
+	// calls), citing the reason. A retry with the same idempotency_key is
+	// answered duplicate=true.
+	// Errors: INVALID_ARGUMENT when nothing is changed or a value is
+	// malformed; NOT_FOUND for an unknown workflow; FAILED_PRECONDITION
+	// when it has ended, or for a reject while it waits for no raise.
+	UpdateWorkflowLimits(ctx context.Context, in *UpdateWorkflowLimitsRequest, opts ...grpc.CallOption) (*UpdateWorkflowLimitsResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -267,6 +282,16 @@ func (c *orchestratorServiceClient) DecideApprovals(ctx context.Context, in *Dec
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) UpdateWorkflowLimits(ctx context.Context, in *UpdateWorkflowLimitsRequest, opts ...grpc.CallOption) (*UpdateWorkflowLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateWorkflowLimitsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_UpdateWorkflowLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -362,6 +387,20 @@ type OrchestratorServiceServer interface {
 	// workflow does not wait for approval (ended, running, or the calls
 	// were already decided differently).
 	DecideApprovals(context.Context, *DecideApprovalsRequest) (*DecideApprovalsResponse, error)
+	// UpdateWorkflowLimits changes a running or suspended workflow's budget
+	// or its limit of operator calls, or refuses the raise it waits for.
+	// The change is journaled before the call returns (a signal of type
+	// "limits") and takes effect at the workflow's next operator call: a
+	// raise sent while it runs lifts the cost cap of its next calls; a
+	// workflow waiting for a raise (limit_request set; the orchestrator's
+	// --on-limit=ask) resumes. A refusal ends a waiting workflow: FAILED
+	// with RESOURCE_EXHAUSTED (budget) or FAILED_PRECONDITION (operator
+	// calls), citing the reason. A retry with the same idempotency_key is
+	// answered duplicate=true.
+	// Errors: INVALID_ARGUMENT when nothing is changed or a value is
+	// malformed; NOT_FOUND for an unknown workflow; FAILED_PRECONDITION
+	// when it has ended, or for a reject while it waits for no raise.
+	UpdateWorkflowLimits(context.Context, *UpdateWorkflowLimitsRequest) (*UpdateWorkflowLimitsResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -407,6 +446,9 @@ func (UnimplementedOrchestratorServiceServer) ListApprovals(context.Context, *Li
 }
 func (UnimplementedOrchestratorServiceServer) DecideApprovals(context.Context, *DecideApprovalsRequest) (*DecideApprovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideApprovals not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) UpdateWorkflowLimits(context.Context, *UpdateWorkflowLimitsRequest) (*UpdateWorkflowLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateWorkflowLimits not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -638,6 +680,24 @@ func _OrchestratorService_DecideApprovals_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_UpdateWorkflowLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateWorkflowLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).UpdateWorkflowLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_UpdateWorkflowLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).UpdateWorkflowLimits(ctx, req.(*UpdateWorkflowLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -688,6 +748,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecideApprovals",
 			Handler:    _OrchestratorService_DecideApprovals_Handler,
+		},
+		{
+			MethodName: "UpdateWorkflowLimits",
+			Handler:    _OrchestratorService_UpdateWorkflowLimits_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
