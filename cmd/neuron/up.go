@@ -54,7 +54,18 @@ var serviceNames = []string{"state", "operator", "environment", "orchestrator"}
 
 // stopTiers is the stop order: the orchestrator first (its workflows
 // pause), then the agent services, then state.
-var stopTiers = [][]string{{"orchestrator"}, {"operator", "environment"}, {"state"}}
+var stopTiers = [][]string{{"console"}, {"orchestrator"}, {"operator", "environment"}, {"state"}}
+
+// consoleName is the web console's binary (services/console), started
+// after the four services when it is beside them (make build puts it
+// there); without it neuron up runs without a console and says so.
+const consoleName = "console"
+
+// defaultConsoleAddr is where neuron up serves the console when the
+// services are on their default addresses; on other addresses (a second
+// neuron up, tests) "auto" takes any free loopback port, printed once
+// the console is SERVING.
+const defaultConsoleAddr = "127.0.0.1:7080"
 
 // modelEnv are the variables that configure a real model, in the
 // operator's order of preference (providers.ModelVars).
@@ -68,7 +79,9 @@ type upFlags struct {
 	model           string
 	// mcpStdioAllow is the operator's --mcp-stdio-allow: the commands
 	// agents' own stdio MCP servers may run.
-	mcpStdioAllow  string
+	mcpStdioAllow string
+	// consoleAddr is the web console's address; empty: no console.
+	consoleAddr    string
 	demo, demoExit bool
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
@@ -111,6 +124,7 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	}
 	fs.StringVar(&f.model, "model", "", "model for the operator when a real one is configured (required with "+strings.Join(nameModel, " or ")+" alone, e.g. llama3.2)")
 	fs.StringVar(&f.mcpStdioAllow, "mcp-stdio-allow", "", "comma-separated commands agents' own stdio MCP servers may run (the operator's --mcp-stdio-allow; default: none)")
+	fs.StringVar(&f.consoleAddr, "console-addr", "auto", "address the web console serves on, in dev mode, when the console binary is beside the services (auto: "+defaultConsoleAddr+" when the services are on their default addresses, else any free loopback port; none: no console)")
 	fs.BoolVar(&f.demo, "demo", false, "run the sample workflow once everything is SERVING, then keep serving")
 	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
 	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
@@ -213,7 +227,37 @@ func (u *up) checkPorts() error {
 		}
 		ln.Close()
 	}
+	if u.consoleBin() != "" && !strings.HasSuffix(u.f.consoleAddr, ":0") {
+		ln, err := net.Listen("tcp", u.f.consoleAddr)
+		if err != nil {
+			return &exitError{code: exitFailure, msg: fmt.Sprintf("up: --console-addr %s is not free (%s): is another `neuron up` running? Stop it, or pick another with --console-addr (empty: no console)",
+				u.f.consoleAddr, oneLine(err.Error()))}
+		}
+		ln.Close()
+	}
 	return nil
+}
+
+// consoleBin is the console binary to start, or "" when there is none
+// beside the services or --console-addr is empty.
+func (u *up) consoleBin() string {
+	switch u.f.consoleAddr {
+	case "", "none":
+		return ""
+	case "auto":
+		u.f.consoleAddr = defaultConsoleAddr
+		for name, def := range map[string]string{"orchestrator": defaultOrchestratorAddr, "operator": defaultOperatorAddr,
+			"state": defaultStateAddr, "environment": defaultEnvironmentAddr} {
+			if *u.f.addrs[name] != def {
+				u.f.consoleAddr = "127.0.0.1:0"
+			}
+		}
+	}
+	p := filepath.Join(u.f.binDir, consoleName)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }
 
 // shown is a path under the data dir as the user named it.
@@ -298,6 +342,14 @@ func (u *up) plan() {
 			logPath: u.abs("logs", name+".log"), logShown: u.shown("logs", name+".log"),
 		}
 	}
+	if bin := u.consoleBin(); bin != "" {
+		u.children[consoleName] = &child{
+			name: consoleName, addr: u.f.consoleAddr, bin: bin,
+			args: []string{"--dev", "--addr", u.f.consoleAddr, "--log-format", "json", "--shutdown-timeout", "5s",
+				"--orchestrator-addr", addr("orchestrator"), "--state-addr", addr("state")},
+			logPath: u.abs("logs", consoleName+".log"), logShown: u.shown("logs", consoleName+".log"),
+		}
+	}
 }
 
 // upEvent is news from a child: SERVING (addr set) or exited.
@@ -321,8 +373,12 @@ func (u *up) run(ctx context.Context) error {
 		strings.Join(serviceNames, ", "), u.f.binDir, u.f.dataDir)
 	sp := newSpawner()
 	env := os.Environ()
-	events := make(chan upEvent, 2*len(serviceNames))
-	for _, name := range serviceNames {
+	events := make(chan upEvent, 2*len(serviceNames)+2)
+	started := serviceNames
+	if u.children[consoleName] != nil {
+		started = append(append([]string(nil), serviceNames...), consoleName)
+	}
+	for _, name := range started {
 		ch := u.children[name]
 		if err := ch.start(sp, env); err != nil {
 			fmt.Fprintf(u.c.stderr, "neuron up: %v\n", err)
@@ -343,7 +399,7 @@ func (u *up) run(ctx context.Context) error {
 	}
 
 	pending := map[string]bool{}
-	for _, n := range serviceNames {
+	for _, n := range started {
 		pending[n] = true
 	}
 	startTimer := time.NewTimer(u.f.startTimeout)
@@ -365,6 +421,7 @@ func (u *up) run(ctx context.Context) error {
 				return &exitError{code: exitFailure, msg: fmt.Sprintf("%s exited; the other services were stopped (full log: %s)", ev.c.name, ev.c.logShown)}
 			}
 			delete(pending, ev.c.name)
+			ev.c.addr = ev.addr // the address it serves on (the console's may be a free port)
 			fmt.Fprintf(u.out, "  %-13s SERVING on %-21s log %s\n", ev.c.name, ev.addr, ev.c.logShown)
 			if len(pending) == 0 {
 				startTimer.Stop()
@@ -379,7 +436,7 @@ func (u *up) run(ctx context.Context) error {
 			if len(pending) == 0 {
 				continue
 			}
-			for _, name := range serviceNames {
+			for _, name := range started {
 				if ch := u.children[name]; pending[name] {
 					fmt.Fprintf(u.c.stderr, "neuron up: %s is not SERVING after %s; the end of %s:\n%s", name, u.f.startTimeout, ch.logShown, ch.logTail())
 				}
@@ -415,6 +472,11 @@ func (u *up) printReady() {
 			m = "the operator's default"
 		}
 		fmt.Fprintf(u.out, "model     a real model from %s (%s)\n", u.modelVar, m)
+	}
+	if ch := u.children[consoleName]; ch != nil {
+		fmt.Fprintf(u.out, "console   http://%s/  (workflows, transcripts, approvals, agents, state in a browser; no login in dev mode)\n", ch.addr)
+	} else if u.f.consoleAddr != "" && u.f.consoleAddr != "none" {
+		fmt.Fprintf(u.out, "console   not started: no %s binary in %s (make build puts it there)\n", consoleName, u.f.binDir)
 	}
 	fmt.Fprintf(u.out, "try       neuron run assistant \"your task\"  ·  neuron workflows list  ·  neuron events --after 0\n")
 	if a, st := *u.f.addrs["orchestrator"], *u.f.addrs["state"]; a != defaultOrchestratorAddr || st != defaultStateAddr {
