@@ -17,6 +17,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/environment/egress"
 )
 
@@ -120,6 +121,15 @@ type Config struct {
 	// Progress bounds the progress events of each RunStream invocation;
 	// no flag sets it. Zero fields: DefaultProgressLimits.
 	Progress ProgressLimits
+
+	// Middleware, when Middleware.Client.Target is set, is the remote
+	// policy middleware (layer0.middleware.v1) consulted at the exec
+	// boundary before and after each Run and RunStream
+	// (--middleware-addr and the other --middleware-* flags, dialled as
+	// given). It is dialled at start-up and, unless FailOpen, start-up
+	// fails when it cannot be reached; a call it cannot answer is then
+	// UNAVAILABLE (FailOpen: the call proceeds, logged).
+	Middleware remote.Flags
 
 	// EgressStaticHosts pins host names to ip:port addresses for the
 	// egress proxies, trusted as given (--egress-static-hosts), e.g. an
@@ -230,6 +240,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// The policy middleware before the backends: a fail-closed
+	// middleware that cannot be reached fails the start.
+	mw, closeMW, err := remote.Dial(ctx, cfg.Middleware, log)
+	if err != nil {
+		return err
+	}
+	defer closeMW()
 	backends, release, err := buildBackends(cfg)
 	if err != nil {
 		return err
@@ -245,6 +262,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		MaxConcurrent: cfg.MaxConcurrent,
 		Progress:      cfg.Progress,
 		Log:           log,
+	}
+	if mw != nil {
+		sc.Exec, _ = mw.ExecServerInterceptors()
+		log.Info("each run is consulted with the exec-boundary middleware", "middleware", cfg.Middleware.Client.Target, "fail_open", cfg.Middleware.FailOpen)
 	}
 	if cfg.State.Target != "" {
 		conn, err := grpcclient.Dial(cfg.State)

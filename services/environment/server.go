@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -55,6 +56,16 @@ type ServerConfig struct {
 	// Progress bounds each RunStream invocation's progress events; zero
 	// fields take DefaultProgressLimits.
 	Progress ProgressLimits
+	// Exec, when set, is the exec-boundary middleware (BOUNDARY_EXEC of
+	// layer0.middleware.v1): consulted before and after each Run and
+	// RunStream, as a unary interceptor of Run (the unary interceptor
+	// of remote.Middleware.ExecServerInterceptors). RunStream goes
+	// through it as a Run whose handler streams: a HALT before answers
+	// with its MIDDLEWARE_HALT output as the only message, a MODIFY
+	// before runs the replacement input, and after the run its verdict
+	// applies to the result (the progress already sent is not
+	// intercepted, as for the operator's ExecuteStream). Nil: none.
+	Exec grpc.UnaryServerInterceptor
 	// Log is the service logger.
 	Log *slog.Logger
 }
@@ -151,7 +162,35 @@ func (s *Server) names() string {
 
 // Run implements EnvironmentService.Run.
 func (s *Server) Run(ctx context.Context, req *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
-	return s.invoke(ctx, req, nil)
+	return s.intercept(ctx, req, func(ctx context.Context, req *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
+		return s.invoke(ctx, req, nil)
+	})
+}
+
+// runInfo is what the exec middleware is told of each invocation: a Run.
+var runInfo = &grpc.UnaryServerInfo{FullMethod: environmentv1.EnvironmentService_Run_FullMethodName}
+
+// intercept runs run through the exec middleware (ServerConfig.Exec),
+// when there is one, as the Run it is.
+func (s *Server) intercept(ctx context.Context, req *environmentv1.RunRequest, run func(context.Context, *environmentv1.RunRequest) (*environmentv1.RunResponse, error)) (*environmentv1.RunResponse, error) {
+	if s.cfg.Exec == nil {
+		return run(ctx, req)
+	}
+	resp, err := s.cfg.Exec(ctx, req, runInfo, func(ctx context.Context, r any) (any, error) {
+		rr, ok := r.(*environmentv1.RunRequest)
+		if !ok {
+			return nil, fmt.Errorf("the exec middleware passed on a %T, not a RunRequest: %w", r, errs.Internal)
+		}
+		return run(ctx, rr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, ok := resp.(*environmentv1.RunResponse)
+	if !ok || out == nil {
+		return nil, fmt.Errorf("the exec middleware answered a %T, not a RunResponse: %w", resp, errs.Internal)
+	}
+	return out, nil
 }
 
 // RunStream implements EnvironmentService.RunStream: Run, with the
@@ -172,7 +211,9 @@ func (s *Server) RunStream(req *environmentv1.RunStreamRequest, stream environme
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err = s.invoke(ctx, &environmentv1.RunRequest{Input: req.GetInput(), Spec: req.GetSpec()}, q)
+		resp, err = s.intercept(ctx, &environmentv1.RunRequest{Input: req.GetInput(), Spec: req.GetSpec()}, func(ctx context.Context, r *environmentv1.RunRequest) (*environmentv1.RunResponse, error) {
+			return s.invoke(ctx, r, q)
+		})
 	}()
 	var sendErr error
 	send := func(it queued) {

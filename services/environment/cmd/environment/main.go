@@ -25,6 +25,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/environment"
 	// The backends register themselves with environment.Run.
@@ -54,6 +55,7 @@ type flags struct {
 	srv       grpcserver.Config
 	operator  grpcclient.Config
 	state     grpcclient.Config
+	mw        remote.Flags
 	dataDir   string
 	backend   string
 	container string
@@ -96,6 +98,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.srv.BindFlags(fs)
 	f.operator.BindFlags(fs, "operator")
 	f.state.BindFlags(fs, "state")
+	f.mw.Bind(fs)
 	d := environment.DefaultDefaults()
 	fs.StringVar(&f.dataDir, "data-dir", environment.DefaultDataDir, "directory for per-invocation work directories (removed after each run)")
 	fs.StringVar(&f.backend, "backend", "process", "backend for specs that ask for no particular boundary: process, local (forwards to --operator-addr, no isolation), docker or kubernetes")
@@ -137,6 +140,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	// The service's clients follow --dev and --plaintext.
 	f.operator.Dev, f.operator.Plaintext = f.srv.Dev, f.srv.Plaintext
 	f.state.Dev, f.state.Plaintext = f.srv.Dev, f.srv.Plaintext
+	f.mw.Client.Dev, f.mw.Client.Plaintext = f.srv.Dev, f.srv.Plaintext
 	return f, nil
 }
 
@@ -171,6 +175,7 @@ func (f *flags) config() (environment.Config, error) {
 		SecretsDir:            f.secretsDir,
 		Operator:              f.operator,
 		State:                 f.state,
+		Middleware:            f.mw,
 		DefaultImage:          f.defaultImage,
 		DockerHost:            f.dockerHost,
 		GvisorRuntime:         f.gvisorRuntime,
