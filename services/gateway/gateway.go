@@ -58,6 +58,8 @@ type Gateway struct {
 type queuedMessage struct {
 	m        Message
 	canceled bool
+	starting bool
+	started  chan struct{}
 }
 
 // Message is one message for an agent.
@@ -165,7 +167,7 @@ func (g *Gateway) Submit(ctx context.Context, m Message) (*Accepted, error) {
 	settled := make(chan Settled, 1)
 	var startErr error
 	acc := &Accepted{ID: id, Started: started, Settled: settled, startErr: &startErr}
-	q := &queuedMessage{m: m}
+	q := &queuedMessage{m: m, started: started}
 	g.mu.Lock()
 	g.queued[id] = q
 	g.mu.Unlock()
@@ -173,13 +175,17 @@ func (g *Gateway) Submit(ctx context.Context, m Message) (*Accepted, error) {
 		defer close(settled)
 		g.mu.Lock()
 		canceled := q.canceled
-		delete(g.queued, id)
+		q.starting = true
 		g.mu.Unlock()
 		if canceled {
 			startErr = fmt.Errorf("the message was canceled before it started: %w", errs.Canceled)
 		} else {
 			startErr = g.start(id, m)
 		}
+		// Until the workflow exists, the task reads as queued.
+		g.mu.Lock()
+		delete(g.queued, id)
+		g.mu.Unlock()
 		close(started)
 		if startErr != nil {
 			settled <- Settled{Err: startErr}
@@ -209,15 +215,24 @@ func (g *Gateway) Queued(id string) (Message, bool) {
 }
 
 // CancelQueued cancels a message still waiting in its lane: it will not
-// start. It reports whether there was one.
+// start. It reports whether there was one; when its workflow is being
+// started, it waits until it has been (the workflow is then to be
+// canceled instead) and reports false.
 func (g *Gateway) CancelQueued(id string) bool {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	q, ok := g.queued[id]
-	if ok {
-		q.canceled = true
+	if !ok {
+		g.mu.Unlock()
+		return false
 	}
-	return ok
+	if q.starting {
+		g.mu.Unlock()
+		<-q.started
+		return false
+	}
+	q.canceled = true
+	g.mu.Unlock()
+	return true
 }
 
 // start starts workflow id for m.
