@@ -13,6 +13,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -24,6 +25,67 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// WorkspaceScope says how long an invocation's workspace lasts.
+type WorkspaceScope int32
+
+const (
+	// Not set: as WORKSPACE_SCOPE_INVOCATION.
+	WorkspaceScope_WORKSPACE_SCOPE_UNSPECIFIED WorkspaceScope = 0
+	// A fresh, empty workspace per invocation, removed after it.
+	WorkspaceScope_WORKSPACE_SCOPE_INVOCATION WorkspaceScope = 1
+	// One workspace per session (the input's session_id), kept across
+	// invocations until the retention policy or DeleteWorkspace removes
+	// it. An input without a session is refused.
+	WorkspaceScope_WORKSPACE_SCOPE_SESSION WorkspaceScope = 2
+	// One workspace per workflow (the input's dispatch.workflow_id): every
+	// step of the workflow sees what the earlier ones left. An input
+	// without a workflow id is refused.
+	WorkspaceScope_WORKSPACE_SCOPE_WORKFLOW WorkspaceScope = 3
+)
+
+// Enum value maps for WorkspaceScope.
+var (
+	WorkspaceScope_name = map[int32]string{
+		0: "WORKSPACE_SCOPE_UNSPECIFIED",
+		1: "WORKSPACE_SCOPE_INVOCATION",
+		2: "WORKSPACE_SCOPE_SESSION",
+		3: "WORKSPACE_SCOPE_WORKFLOW",
+	}
+	WorkspaceScope_value = map[string]int32{
+		"WORKSPACE_SCOPE_UNSPECIFIED": 0,
+		"WORKSPACE_SCOPE_INVOCATION":  1,
+		"WORKSPACE_SCOPE_SESSION":     2,
+		"WORKSPACE_SCOPE_WORKFLOW":    3,
+	}
+)
+
+func (x WorkspaceScope) Enum() *WorkspaceScope {
+	p := new(WorkspaceScope)
+	*p = x
+	return p
+}
+
+func (x WorkspaceScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkspaceScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_environment_v1_environment_proto_enumTypes[0].Descriptor()
+}
+
+func (WorkspaceScope) Type() protoreflect.EnumType {
+	return &file_layer0_environment_v1_environment_proto_enumTypes[0]
+}
+
+func (x WorkspaceScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkspaceScope.Descriptor instead.
+func (WorkspaceScope) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+}
 
 // NetworkAction allows or denies traffic.
 type NetworkAction int32
@@ -62,11 +124,11 @@ func (x NetworkAction) String() string {
 }
 
 func (NetworkAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_layer0_environment_v1_environment_proto_enumTypes[0].Descriptor()
+	return file_layer0_environment_v1_environment_proto_enumTypes[1].Descriptor()
 }
 
 func (NetworkAction) Type() protoreflect.EnumType {
-	return &file_layer0_environment_v1_environment_proto_enumTypes[0]
+	return &file_layer0_environment_v1_environment_proto_enumTypes[1]
 }
 
 func (x NetworkAction) Number() protoreflect.EnumNumber {
@@ -75,7 +137,751 @@ func (x NetworkAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkAction.Descriptor instead.
 func (NetworkAction) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+}
+
+// WorkspaceSpec is the workspace an invocation works in.
+type WorkspaceSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long it lasts.
+	Scope         WorkspaceScope `protobuf:"varint,1,opt,name=scope,proto3,enum=layer0.environment.v1.WorkspaceScope" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceSpec) Reset() {
+	*x = WorkspaceSpec{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceSpec) ProtoMessage() {}
+
+func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
+func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
 	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WorkspaceSpec) GetScope() WorkspaceScope {
+	if x != nil {
+		return x.Scope
+	}
+	return WorkspaceScope_WORKSPACE_SCOPE_UNSPECIFIED
+}
+
+// WorkspaceRef names a workspace that lasts.
+type WorkspaceRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WorkspaceRef_SessionId
+	//	*WorkspaceRef_WorkflowId
+	Kind          isWorkspaceRef_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceRef) Reset() {
+	*x = WorkspaceRef{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceRef) ProtoMessage() {}
+
+func (x *WorkspaceRef) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceRef.ProtoReflect.Descriptor instead.
+func (*WorkspaceRef) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WorkspaceRef) GetKind() isWorkspaceRef_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WorkspaceRef) GetSessionId() string {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkspaceRef_SessionId); ok {
+			return x.SessionId
+		}
+	}
+	return ""
+}
+
+func (x *WorkspaceRef) GetWorkflowId() string {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkspaceRef_WorkflowId); ok {
+			return x.WorkflowId
+		}
+	}
+	return ""
+}
+
+type isWorkspaceRef_Kind interface {
+	isWorkspaceRef_Kind()
+}
+
+type WorkspaceRef_SessionId struct {
+	// The workspace of a session (WORKSPACE_SCOPE_SESSION).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof"`
+}
+
+type WorkspaceRef_WorkflowId struct {
+	// The workspace of a workflow (WORKSPACE_SCOPE_WORKFLOW).
+	WorkflowId string `protobuf:"bytes,2,opt,name=workflow_id,json=workflowId,proto3,oneof"`
+}
+
+func (*WorkspaceRef_SessionId) isWorkspaceRef_Kind() {}
+
+func (*WorkspaceRef_WorkflowId) isWorkspaceRef_Kind() {}
+
+// ListWorkspaceFilesRequest is the input of ListWorkspaceFiles.
+type ListWorkspaceFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workspace.
+	Workspace *WorkspaceRef `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// A directory of it, relative ("src/lib"); empty: the whole workspace.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkspaceFilesRequest) Reset() {
+	*x = ListWorkspaceFilesRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkspaceFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkspaceFilesRequest) ProtoMessage() {}
+
+func (x *ListWorkspaceFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkspaceFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkspaceFilesRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListWorkspaceFilesRequest) GetWorkspace() *WorkspaceRef {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *ListWorkspaceFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// ListWorkspaceFilesResponse is the result of ListWorkspaceFiles.
+type ListWorkspaceFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries, in path order; at most 10000.
+	Files []*WorkspaceFile `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// More entries exist than were listed.
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The size of the regular files listed, in bytes.
+	TotalBytes    uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkspaceFilesResponse) Reset() {
+	*x = ListWorkspaceFilesResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkspaceFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkspaceFilesResponse) ProtoMessage() {}
+
+func (x *ListWorkspaceFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkspaceFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkspaceFilesResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListWorkspaceFilesResponse) GetFiles() []*WorkspaceFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ListWorkspaceFilesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ListWorkspaceFilesResponse) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+// WorkspaceFile is one entry of a workspace.
+type WorkspaceFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its path relative to the workspace, with "/" separators.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Its size in bytes (regular files).
+	Size uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// A directory.
+	Directory bool `protobuf:"varint,3,opt,name=directory,proto3" json:"directory,omitempty"`
+	// A symbolic link (never followed out of the workspace); target holds
+	// where it points.
+	Symlink bool `protobuf:"varint,4,opt,name=symlink,proto3" json:"symlink,omitempty"`
+	// A symbolic link's target, as written.
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// Its permission bits, e.g. 0644.
+	Mode uint32 `protobuf:"varint,6,opt,name=mode,proto3" json:"mode,omitempty"`
+	// When it was last modified.
+	Modified      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=modified,proto3" json:"modified,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceFile) Reset() {
+	*x = WorkspaceFile{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceFile) ProtoMessage() {}
+
+func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceFile.ProtoReflect.Descriptor instead.
+func (*WorkspaceFile) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WorkspaceFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WorkspaceFile) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *WorkspaceFile) GetDirectory() bool {
+	if x != nil {
+		return x.Directory
+	}
+	return false
+}
+
+func (x *WorkspaceFile) GetSymlink() bool {
+	if x != nil {
+		return x.Symlink
+	}
+	return false
+}
+
+func (x *WorkspaceFile) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *WorkspaceFile) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *WorkspaceFile) GetModified() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Modified
+	}
+	return nil
+}
+
+// ReadWorkspaceFileRequest is the input of ReadWorkspaceFile.
+type ReadWorkspaceFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workspace.
+	Workspace *WorkspaceRef `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// The file, relative to the workspace.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadWorkspaceFileRequest) Reset() {
+	*x = ReadWorkspaceFileRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadWorkspaceFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadWorkspaceFileRequest) ProtoMessage() {}
+
+func (x *ReadWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadWorkspaceFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadWorkspaceFileRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReadWorkspaceFileRequest) GetWorkspace() *WorkspaceRef {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *ReadWorkspaceFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// ReadWorkspaceFileResponse is one chunk of the file.
+type ReadWorkspaceFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the file.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadWorkspaceFileResponse) Reset() {
+	*x = ReadWorkspaceFileResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadWorkspaceFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadWorkspaceFileResponse) ProtoMessage() {}
+
+func (x *ReadWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadWorkspaceFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadWorkspaceFileResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReadWorkspaceFileResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// WriteWorkspaceFileRequest is one message of WriteWorkspaceFile: the
+// header first, then data.
+type WriteWorkspaceFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WriteWorkspaceFileRequest_Header
+	//	*WriteWorkspaceFileRequest_Data
+	Kind          isWriteWorkspaceFileRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteWorkspaceFileRequest) Reset() {
+	*x = WriteWorkspaceFileRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteWorkspaceFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteWorkspaceFileRequest) ProtoMessage() {}
+
+func (x *WriteWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteWorkspaceFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteWorkspaceFileRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WriteWorkspaceFileRequest) GetKind() isWriteWorkspaceFileRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WriteWorkspaceFileRequest) GetHeader() *WorkspaceFileHeader {
+	if x != nil {
+		if x, ok := x.Kind.(*WriteWorkspaceFileRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *WriteWorkspaceFileRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*WriteWorkspaceFileRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isWriteWorkspaceFileRequest_Kind interface {
+	isWriteWorkspaceFileRequest_Kind()
+}
+
+type WriteWorkspaceFileRequest_Header struct {
+	// Which file; the first message only.
+	Header *WorkspaceFileHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type WriteWorkspaceFileRequest_Data struct {
+	// The next bytes of the content.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*WriteWorkspaceFileRequest_Header) isWriteWorkspaceFileRequest_Kind() {}
+
+func (*WriteWorkspaceFileRequest_Data) isWriteWorkspaceFileRequest_Kind() {}
+
+// WorkspaceFileHeader says which file WriteWorkspaceFile writes.
+type WorkspaceFileHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workspace.
+	Workspace *WorkspaceRef `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// The file, relative to the workspace; an existing file is replaced.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Its permission bits; 0 means 0644.
+	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceFileHeader) Reset() {
+	*x = WorkspaceFileHeader{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceFileHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceFileHeader) ProtoMessage() {}
+
+func (x *WorkspaceFileHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceFileHeader.ProtoReflect.Descriptor instead.
+func (*WorkspaceFileHeader) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WorkspaceFileHeader) GetWorkspace() *WorkspaceRef {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *WorkspaceFileHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WorkspaceFileHeader) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+// WriteWorkspaceFileResponse is the result of WriteWorkspaceFile.
+type WriteWorkspaceFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes written.
+	Size          uint64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteWorkspaceFileResponse) Reset() {
+	*x = WriteWorkspaceFileResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteWorkspaceFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteWorkspaceFileResponse) ProtoMessage() {}
+
+func (x *WriteWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteWorkspaceFileResponse.ProtoReflect.Descriptor instead.
+func (*WriteWorkspaceFileResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WriteWorkspaceFileResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// DeleteWorkspaceRequest is the input of DeleteWorkspace.
+type DeleteWorkspaceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workspace.
+	Workspace     *WorkspaceRef `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWorkspaceRequest) Reset() {
+	*x = DeleteWorkspaceRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWorkspaceRequest) ProtoMessage() {}
+
+func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteWorkspaceRequest) GetWorkspace() *WorkspaceRef {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// DeleteWorkspaceResponse is the result of DeleteWorkspace.
+type DeleteWorkspaceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether it existed.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWorkspaceResponse) Reset() {
+	*x = DeleteWorkspaceResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWorkspaceResponse) ProtoMessage() {}
+
+func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*DeleteWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeleteWorkspaceResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
 }
 
 // RunStreamRequest is the input of RunStream: the same fields as
@@ -92,7 +898,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +910,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +923,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunStreamRequest) GetInput() *v1.OperatorInput {
@@ -150,7 +956,7 @@ type RunStreamResponse struct {
 
 func (x *RunStreamResponse) Reset() {
 	*x = RunStreamResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +968,7 @@ func (x *RunStreamResponse) String() string {
 func (*RunStreamResponse) ProtoMessage() {}
 
 func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +981,7 @@ func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamResponse.ProtoReflect.Descriptor instead.
 func (*RunStreamResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunStreamResponse) GetKind() isRunStreamResponse_Kind {
@@ -235,7 +1041,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +1053,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +1066,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunRequest) GetInput() *v1.OperatorInput {
@@ -294,7 +1100,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +1112,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +1125,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunResponse) GetOutput() *v1.OperatorOutput {
@@ -367,7 +1173,7 @@ type ResourceUsage struct {
 
 func (x *ResourceUsage) Reset() {
 	*x = ResourceUsage{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +1185,7 @@ func (x *ResourceUsage) String() string {
 func (*ResourceUsage) ProtoMessage() {}
 
 func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +1198,7 @@ func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
 func (*ResourceUsage) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResourceUsage) GetPeakMemoryBytes() uint64 {
@@ -431,14 +1237,17 @@ type EnvironmentSpec struct {
 	Network *NetworkPolicy `protobuf:"bytes,4,opt,name=network,proto3" json:"network,omitempty"`
 	// Wall-clock limit for the whole run; the process group is killed when
 	// it expires. Unset: the service's default.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The workspace the invocation works in; unset: a fresh one per
+	// invocation.
+	Workspace     *WorkspaceSpec `protobuf:"bytes,6,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvironmentSpec) Reset() {
 	*x = EnvironmentSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +1259,7 @@ func (x *EnvironmentSpec) String() string {
 func (*EnvironmentSpec) ProtoMessage() {}
 
 func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +1272,7 @@ func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentSpec.ProtoReflect.Descriptor instead.
 func (*EnvironmentSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EnvironmentSpec) GetIsolation() []*IsolationBoundary {
@@ -501,6 +1310,13 @@ func (x *EnvironmentSpec) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *EnvironmentSpec) GetWorkspace() *WorkspaceSpec {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
 // IsolationBoundary is one isolation layer. Layers compose (container +
 // gVisor + network policy is defense in depth).
 type IsolationBoundary struct {
@@ -523,7 +1339,7 @@ type IsolationBoundary struct {
 
 func (x *IsolationBoundary) Reset() {
 	*x = IsolationBoundary{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +1351,7 @@ func (x *IsolationBoundary) String() string {
 func (*IsolationBoundary) ProtoMessage() {}
 
 func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +1364,7 @@ func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationBoundary.ProtoReflect.Descriptor instead.
 func (*IsolationBoundary) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IsolationBoundary) GetKind() isIsolationBoundary_Kind {
@@ -683,7 +1499,7 @@ type ProcessIsolation struct {
 
 func (x *ProcessIsolation) Reset() {
 	*x = ProcessIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +1511,7 @@ func (x *ProcessIsolation) String() string {
 func (*ProcessIsolation) ProtoMessage() {}
 
 func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +1524,7 @@ func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessIsolation.ProtoReflect.Descriptor instead.
 func (*ProcessIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
 }
 
 // ContainerIsolation runs in a container.
@@ -722,7 +1538,7 @@ type ContainerIsolation struct {
 
 func (x *ContainerIsolation) Reset() {
 	*x = ContainerIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1550,7 @@ func (x *ContainerIsolation) String() string {
 func (*ContainerIsolation) ProtoMessage() {}
 
 func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1563,7 @@ func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerIsolation.ProtoReflect.Descriptor instead.
 func (*ContainerIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ContainerIsolation) GetImage() string {
@@ -766,7 +1582,7 @@ type GvisorIsolation struct {
 
 func (x *GvisorIsolation) Reset() {
 	*x = GvisorIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1594,7 @@ func (x *GvisorIsolation) String() string {
 func (*GvisorIsolation) ProtoMessage() {}
 
 func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1607,7 @@ func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GvisorIsolation.ProtoReflect.Descriptor instead.
 func (*GvisorIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
 }
 
 // MicroVmIsolation runs in a micro VM.
@@ -803,7 +1619,7 @@ type MicroVmIsolation struct {
 
 func (x *MicroVmIsolation) Reset() {
 	*x = MicroVmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +1631,7 @@ func (x *MicroVmIsolation) String() string {
 func (*MicroVmIsolation) ProtoMessage() {}
 
 func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +1644,7 @@ func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicroVmIsolation.ProtoReflect.Descriptor instead.
 func (*MicroVmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{22}
 }
 
 // WasmIsolation runs in a WebAssembly runtime.
@@ -842,7 +1658,7 @@ type WasmIsolation struct {
 
 func (x *WasmIsolation) Reset() {
 	*x = WasmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1670,7 @@ func (x *WasmIsolation) String() string {
 func (*WasmIsolation) ProtoMessage() {}
 
 func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1683,7 @@ func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmIsolation.ProtoReflect.Descriptor instead.
 func (*WasmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WasmIsolation) GetRuntime() string {
@@ -888,7 +1704,7 @@ type NetworkPolicyIsolation struct {
 
 func (x *NetworkPolicyIsolation) Reset() {
 	*x = NetworkPolicyIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1716,7 @@ func (x *NetworkPolicyIsolation) String() string {
 func (*NetworkPolicyIsolation) ProtoMessage() {}
 
 func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1729,7 @@ func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyIsolation.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NetworkPolicyIsolation) GetRules() []*NetworkRule {
@@ -936,7 +1752,7 @@ type CustomIsolation struct {
 
 func (x *CustomIsolation) Reset() {
 	*x = CustomIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1764,7 @@ func (x *CustomIsolation) String() string {
 func (*CustomIsolation) ProtoMessage() {}
 
 func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1777,7 @@ func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomIsolation.ProtoReflect.Descriptor instead.
 func (*CustomIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CustomIsolation) GetBoundaryType() string {
@@ -992,7 +1808,7 @@ type CredentialRef struct {
 
 func (x *CredentialRef) Reset() {
 	*x = CredentialRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1820,7 @@ func (x *CredentialRef) String() string {
 func (*CredentialRef) ProtoMessage() {}
 
 func (x *CredentialRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1833,7 @@ func (x *CredentialRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRef.ProtoReflect.Descriptor instead.
 func (*CredentialRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CredentialRef) GetName() string {
@@ -1051,7 +1867,7 @@ type CredentialInjection struct {
 
 func (x *CredentialInjection) Reset() {
 	*x = CredentialInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1879,7 @@ func (x *CredentialInjection) String() string {
 func (*CredentialInjection) ProtoMessage() {}
 
 func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1892,7 @@ func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInjection.ProtoReflect.Descriptor instead.
 func (*CredentialInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CredentialInjection) GetMethod() isCredentialInjection_Method {
@@ -1149,7 +1965,7 @@ type EnvVarInjection struct {
 
 func (x *EnvVarInjection) Reset() {
 	*x = EnvVarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1977,7 @@ func (x *EnvVarInjection) String() string {
 func (*EnvVarInjection) ProtoMessage() {}
 
 func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1990,7 @@ func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVarInjection.ProtoReflect.Descriptor instead.
 func (*EnvVarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnvVarInjection) GetVarName() string {
@@ -1195,7 +2011,7 @@ type FileInjection struct {
 
 func (x *FileInjection) Reset() {
 	*x = FileInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +2023,7 @@ func (x *FileInjection) String() string {
 func (*FileInjection) ProtoMessage() {}
 
 func (x *FileInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +2036,7 @@ func (x *FileInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInjection.ProtoReflect.Descriptor instead.
 func (*FileInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FileInjection) GetPath() string {
@@ -1245,7 +2061,7 @@ type SidecarInjection struct {
 
 func (x *SidecarInjection) Reset() {
 	*x = SidecarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +2073,7 @@ func (x *SidecarInjection) String() string {
 func (*SidecarInjection) ProtoMessage() {}
 
 func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +2086,7 @@ func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarInjection.ProtoReflect.Descriptor instead.
 func (*SidecarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SidecarInjection) GetHost() string {
@@ -1311,7 +2127,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +2139,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +2152,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResourceLimits) GetCpu() string {
@@ -1401,7 +2217,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +2229,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +2242,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NetworkPolicy) GetDefaultAction() NetworkAction {
@@ -1458,7 +2274,7 @@ type NetworkRule struct {
 
 func (x *NetworkRule) Reset() {
 	*x = NetworkRule{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +2286,7 @@ func (x *NetworkRule) String() string {
 func (*NetworkRule) ProtoMessage() {}
 
 func (x *NetworkRule) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +2299,7 @@ func (x *NetworkRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
 func (*NetworkRule) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NetworkRule) GetDestination() string {
@@ -1511,7 +2327,54 @@ var File_layer0_environment_v1_environment_proto protoreflect.FileDescriptor
 
 const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\n" +
-	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\"\x97\x01\n" +
+	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\"V\n" +
+	"\rWorkspaceSpec\x12E\n" +
+	"\x05scope\x18\x01 \x01(\x0e2%.layer0.environment.v1.WorkspaceScopeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05scope\"y\n" +
+	"\fWorkspaceRef\x12+\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\tsessionId\x12-\n" +
+	"\vworkflow_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\n" +
+	"workflowIdB\r\n" +
+	"\x04kind\x12\x05\xbaH\x02\b\x01\"\x84\x01\n" +
+	"\x19ListWorkspaceFilesRequest\x12I\n" +
+	"\tworkspace\x18\x01 \x01(\v2#.layer0.environment.v1.WorkspaceRefB\x06\xbaH\x03\xc8\x01\x01R\tworkspace\x12\x1c\n" +
+	"\x04path\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x04path\"\x97\x01\n" +
+	"\x1aListWorkspaceFilesResponse\x12:\n" +
+	"\x05files\x18\x01 \x03(\v2$.layer0.environment.v1.WorkspaceFileR\x05files\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
+	"totalBytes\"\xd3\x01\n" +
+	"\rWorkspaceFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1c\n" +
+	"\tdirectory\x18\x03 \x01(\bR\tdirectory\x12\x18\n" +
+	"\asymlink\x18\x04 \x01(\bR\asymlink\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\rR\x04mode\x126\n" +
+	"\bmodified\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bmodified\"\x85\x01\n" +
+	"\x18ReadWorkspaceFileRequest\x12I\n" +
+	"\tworkspace\x18\x01 \x01(\v2#.layer0.environment.v1.WorkspaceRefB\x06\xbaH\x03\xc8\x01\x01R\tworkspace\x12\x1e\n" +
+	"\x04path\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80 R\x04path\"/\n" +
+	"\x19ReadWorkspaceFileResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x86\x01\n" +
+	"\x19WriteWorkspaceFileRequest\x12D\n" +
+	"\x06header\x18\x01 \x01(\v2*.layer0.environment.v1.WorkspaceFileHeaderH\x00R\x06header\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\r\n" +
+	"\x04kind\x12\x05\xbaH\x02\b\x01\"\x9e\x01\n" +
+	"\x13WorkspaceFileHeader\x12I\n" +
+	"\tworkspace\x18\x01 \x01(\v2#.layer0.environment.v1.WorkspaceRefB\x06\xbaH\x03\xc8\x01\x01R\tworkspace\x12\x1e\n" +
+	"\x04path\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80 R\x04path\x12\x1c\n" +
+	"\x04mode\x18\x03 \x01(\rB\b\xbaH\x05*\x03\x18\xff\x03R\x04mode\"0\n" +
+	"\x1aWriteWorkspaceFileResponse\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\"c\n" +
+	"\x16DeleteWorkspaceRequest\x12I\n" +
+	"\tworkspace\x18\x01 \x01(\v2#.layer0.environment.v1.WorkspaceRefB\x06\xbaH\x03\xc8\x01\x01R\tworkspace\"3\n" +
+	"\x17DeleteWorkspaceResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\x97\x01\n" +
 	"\x10RunStreamRequest\x12?\n" +
 	"\x05input\x18\x01 \x01(\v2!.layer0.operator.v1.OperatorInputB\x06\xbaH\x03\xc8\x01\x01R\x05input\x12B\n" +
 	"\x04spec\x18\x02 \x01(\v2&.layer0.environment.v1.EnvironmentSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"\xa2\x01\n" +
@@ -1532,13 +2395,14 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\x11peak_memory_bytes\x18\x01 \x01(\x04R\x0fpeakMemoryBytes\x124\n" +
 	"\bcpu_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\acpuTime\x12\x1d\n" +
 	"\n" +
-	"limits_hit\x18\x03 \x03(\tR\tlimitsHit\"\xe5\x02\n" +
+	"limits_hit\x18\x03 \x03(\tR\tlimitsHit\"\xa9\x03\n" +
 	"\x0fEnvironmentSpec\x12F\n" +
 	"\tisolation\x18\x01 \x03(\v2(.layer0.environment.v1.IsolationBoundaryR\tisolation\x12F\n" +
 	"\vcredentials\x18\x02 \x03(\v2$.layer0.environment.v1.CredentialRefR\vcredentials\x12C\n" +
 	"\tresources\x18\x03 \x01(\v2%.layer0.environment.v1.ResourceLimitsR\tresources\x12>\n" +
 	"\anetwork\x18\x04 \x01(\v2$.layer0.environment.v1.NetworkPolicyR\anetwork\x12=\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\atimeout\"\x8f\x04\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\atimeout\x12B\n" +
+	"\tworkspace\x18\x06 \x01(\v2$.layer0.environment.v1.WorkspaceSpecR\tworkspace\"\x8f\x04\n" +
 	"\x11IsolationBoundary\x12C\n" +
 	"\aprocess\x18\x01 \x01(\v2'.layer0.environment.v1.ProcessIsolationH\x00R\aprocess\x12I\n" +
 	"\tcontainer\x18\x02 \x01(\v2).layer0.environment.v1.ContainerIsolationH\x00R\tcontainer\x12@\n" +
@@ -1597,14 +2461,23 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\vdestination\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\vdestination\x12$\n" +
 	"\x04port\x18\x02 \x01(\rB\v\xbaH\b*\x06\x18\xff\xff\x03(\x01H\x00R\x04port\x88\x01\x01\x12F\n" +
 	"\x06action\x18\x03 \x01(\x0e2$.layer0.environment.v1.NetworkActionB\b\xbaH\x05\x82\x01\x02\x10\x01R\x06actionB\a\n" +
-	"\x05_port*b\n" +
+	"\x05_port*\x8c\x01\n" +
+	"\x0eWorkspaceScope\x12\x1f\n" +
+	"\x1bWORKSPACE_SCOPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aWORKSPACE_SCOPE_INVOCATION\x10\x01\x12\x1b\n" +
+	"\x17WORKSPACE_SCOPE_SESSION\x10\x02\x12\x1c\n" +
+	"\x18WORKSPACE_SCOPE_WORKFLOW\x10\x03*b\n" +
 	"\rNetworkAction\x12\x1e\n" +
 	"\x1aNETWORK_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NETWORK_ACTION_ALLOW\x10\x01\x12\x17\n" +
-	"\x13NETWORK_ACTION_DENY\x10\x022\xc4\x01\n" +
+	"\x13NETWORK_ACTION_DENY\x10\x022\xa8\x05\n" +
 	"\x12EnvironmentService\x12L\n" +
 	"\x03Run\x12!.layer0.environment.v1.RunRequest\x1a\".layer0.environment.v1.RunResponse\x12`\n" +
-	"\tRunStream\x12'.layer0.environment.v1.RunStreamRequest\x1a(.layer0.environment.v1.RunStreamResponse0\x01B\xe6\x01\n" +
+	"\tRunStream\x12'.layer0.environment.v1.RunStreamRequest\x1a(.layer0.environment.v1.RunStreamResponse0\x01\x12y\n" +
+	"\x12ListWorkspaceFiles\x120.layer0.environment.v1.ListWorkspaceFilesRequest\x1a1.layer0.environment.v1.ListWorkspaceFilesResponse\x12x\n" +
+	"\x11ReadWorkspaceFile\x12/.layer0.environment.v1.ReadWorkspaceFileRequest\x1a0.layer0.environment.v1.ReadWorkspaceFileResponse0\x01\x12{\n" +
+	"\x12WriteWorkspaceFile\x120.layer0.environment.v1.WriteWorkspaceFileRequest\x1a1.layer0.environment.v1.WriteWorkspaceFileResponse(\x01\x12p\n" +
+	"\x0fDeleteWorkspace\x12-.layer0.environment.v1.DeleteWorkspaceRequest\x1a..layer0.environment.v1.DeleteWorkspaceResponseB\xe6\x01\n" +
 	"\x19com.layer0.environment.v1B\x10EnvironmentProtoP\x01ZAgithub.com/secbear/neuron/gen/layer0/environment/v1;environmentv1\xa2\x02\x03LEX\xaa\x02\x15Layer0.Environment.V1\xca\x02\x15Layer0\\Environment\\V1\xe2\x02!Layer0\\Environment\\V1\\GPBMetadata\xea\x02\x17Layer0::Environment::V1b\x06proto3"
 
 var (
@@ -1619,80 +2492,111 @@ func file_layer0_environment_v1_environment_proto_rawDescGZIP() []byte {
 	return file_layer0_environment_v1_environment_proto_rawDescData
 }
 
-var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_layer0_environment_v1_environment_proto_goTypes = []any{
-	(NetworkAction)(0),               // 0: layer0.environment.v1.NetworkAction
-	(*RunStreamRequest)(nil),         // 1: layer0.environment.v1.RunStreamRequest
-	(*RunStreamResponse)(nil),        // 2: layer0.environment.v1.RunStreamResponse
-	(*RunRequest)(nil),               // 3: layer0.environment.v1.RunRequest
-	(*RunResponse)(nil),              // 4: layer0.environment.v1.RunResponse
-	(*ResourceUsage)(nil),            // 5: layer0.environment.v1.ResourceUsage
-	(*EnvironmentSpec)(nil),          // 6: layer0.environment.v1.EnvironmentSpec
-	(*IsolationBoundary)(nil),        // 7: layer0.environment.v1.IsolationBoundary
-	(*ProcessIsolation)(nil),         // 8: layer0.environment.v1.ProcessIsolation
-	(*ContainerIsolation)(nil),       // 9: layer0.environment.v1.ContainerIsolation
-	(*GvisorIsolation)(nil),          // 10: layer0.environment.v1.GvisorIsolation
-	(*MicroVmIsolation)(nil),         // 11: layer0.environment.v1.MicroVmIsolation
-	(*WasmIsolation)(nil),            // 12: layer0.environment.v1.WasmIsolation
-	(*NetworkPolicyIsolation)(nil),   // 13: layer0.environment.v1.NetworkPolicyIsolation
-	(*CustomIsolation)(nil),          // 14: layer0.environment.v1.CustomIsolation
-	(*CredentialRef)(nil),            // 15: layer0.environment.v1.CredentialRef
-	(*CredentialInjection)(nil),      // 16: layer0.environment.v1.CredentialInjection
-	(*EnvVarInjection)(nil),          // 17: layer0.environment.v1.EnvVarInjection
-	(*FileInjection)(nil),            // 18: layer0.environment.v1.FileInjection
-	(*SidecarInjection)(nil),         // 19: layer0.environment.v1.SidecarInjection
-	(*ResourceLimits)(nil),           // 20: layer0.environment.v1.ResourceLimits
-	(*NetworkPolicy)(nil),            // 21: layer0.environment.v1.NetworkPolicy
-	(*NetworkRule)(nil),              // 22: layer0.environment.v1.NetworkRule
-	(*v1.OperatorInput)(nil),         // 23: layer0.operator.v1.OperatorInput
-	(*v1.ExecuteStreamResponse)(nil), // 24: layer0.operator.v1.ExecuteStreamResponse
-	(*v1.OperatorOutput)(nil),        // 25: layer0.operator.v1.OperatorOutput
-	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
-	(*structpb.Value)(nil),           // 27: google.protobuf.Value
+	(WorkspaceScope)(0),                // 0: layer0.environment.v1.WorkspaceScope
+	(NetworkAction)(0),                 // 1: layer0.environment.v1.NetworkAction
+	(*WorkspaceSpec)(nil),              // 2: layer0.environment.v1.WorkspaceSpec
+	(*WorkspaceRef)(nil),               // 3: layer0.environment.v1.WorkspaceRef
+	(*ListWorkspaceFilesRequest)(nil),  // 4: layer0.environment.v1.ListWorkspaceFilesRequest
+	(*ListWorkspaceFilesResponse)(nil), // 5: layer0.environment.v1.ListWorkspaceFilesResponse
+	(*WorkspaceFile)(nil),              // 6: layer0.environment.v1.WorkspaceFile
+	(*ReadWorkspaceFileRequest)(nil),   // 7: layer0.environment.v1.ReadWorkspaceFileRequest
+	(*ReadWorkspaceFileResponse)(nil),  // 8: layer0.environment.v1.ReadWorkspaceFileResponse
+	(*WriteWorkspaceFileRequest)(nil),  // 9: layer0.environment.v1.WriteWorkspaceFileRequest
+	(*WorkspaceFileHeader)(nil),        // 10: layer0.environment.v1.WorkspaceFileHeader
+	(*WriteWorkspaceFileResponse)(nil), // 11: layer0.environment.v1.WriteWorkspaceFileResponse
+	(*DeleteWorkspaceRequest)(nil),     // 12: layer0.environment.v1.DeleteWorkspaceRequest
+	(*DeleteWorkspaceResponse)(nil),    // 13: layer0.environment.v1.DeleteWorkspaceResponse
+	(*RunStreamRequest)(nil),           // 14: layer0.environment.v1.RunStreamRequest
+	(*RunStreamResponse)(nil),          // 15: layer0.environment.v1.RunStreamResponse
+	(*RunRequest)(nil),                 // 16: layer0.environment.v1.RunRequest
+	(*RunResponse)(nil),                // 17: layer0.environment.v1.RunResponse
+	(*ResourceUsage)(nil),              // 18: layer0.environment.v1.ResourceUsage
+	(*EnvironmentSpec)(nil),            // 19: layer0.environment.v1.EnvironmentSpec
+	(*IsolationBoundary)(nil),          // 20: layer0.environment.v1.IsolationBoundary
+	(*ProcessIsolation)(nil),           // 21: layer0.environment.v1.ProcessIsolation
+	(*ContainerIsolation)(nil),         // 22: layer0.environment.v1.ContainerIsolation
+	(*GvisorIsolation)(nil),            // 23: layer0.environment.v1.GvisorIsolation
+	(*MicroVmIsolation)(nil),           // 24: layer0.environment.v1.MicroVmIsolation
+	(*WasmIsolation)(nil),              // 25: layer0.environment.v1.WasmIsolation
+	(*NetworkPolicyIsolation)(nil),     // 26: layer0.environment.v1.NetworkPolicyIsolation
+	(*CustomIsolation)(nil),            // 27: layer0.environment.v1.CustomIsolation
+	(*CredentialRef)(nil),              // 28: layer0.environment.v1.CredentialRef
+	(*CredentialInjection)(nil),        // 29: layer0.environment.v1.CredentialInjection
+	(*EnvVarInjection)(nil),            // 30: layer0.environment.v1.EnvVarInjection
+	(*FileInjection)(nil),              // 31: layer0.environment.v1.FileInjection
+	(*SidecarInjection)(nil),           // 32: layer0.environment.v1.SidecarInjection
+	(*ResourceLimits)(nil),             // 33: layer0.environment.v1.ResourceLimits
+	(*NetworkPolicy)(nil),              // 34: layer0.environment.v1.NetworkPolicy
+	(*NetworkRule)(nil),                // 35: layer0.environment.v1.NetworkRule
+	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
+	(*v1.OperatorInput)(nil),           // 37: layer0.operator.v1.OperatorInput
+	(*v1.ExecuteStreamResponse)(nil),   // 38: layer0.operator.v1.ExecuteStreamResponse
+	(*v1.OperatorOutput)(nil),          // 39: layer0.operator.v1.OperatorOutput
+	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
+	(*structpb.Value)(nil),             // 41: google.protobuf.Value
 }
 var file_layer0_environment_v1_environment_proto_depIdxs = []int32{
-	23, // 0: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	6,  // 1: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	24, // 2: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
-	4,  // 3: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
-	23, // 4: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	6,  // 5: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	25, // 6: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	26, // 7: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
-	5,  // 8: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
-	26, // 9: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
-	7,  // 10: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
-	15, // 11: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
-	20, // 12: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
-	21, // 13: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
-	26, // 14: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
-	8,  // 15: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
-	9,  // 16: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
-	10, // 17: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
-	11, // 18: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
-	12, // 19: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
-	13, // 20: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
-	14, // 21: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
-	22, // 22: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
-	27, // 23: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
-	16, // 24: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
-	17, // 25: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
-	18, // 26: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
-	19, // 27: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
-	26, // 28: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
-	0,  // 29: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
-	22, // 30: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
-	0,  // 31: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
-	3,  // 32: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
-	1,  // 33: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
-	4,  // 34: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
-	2,  // 35: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
-	34, // [34:36] is the sub-list for method output_type
-	32, // [32:34] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	0,  // 0: layer0.environment.v1.WorkspaceSpec.scope:type_name -> layer0.environment.v1.WorkspaceScope
+	3,  // 1: layer0.environment.v1.ListWorkspaceFilesRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	6,  // 2: layer0.environment.v1.ListWorkspaceFilesResponse.files:type_name -> layer0.environment.v1.WorkspaceFile
+	36, // 3: layer0.environment.v1.WorkspaceFile.modified:type_name -> google.protobuf.Timestamp
+	3,  // 4: layer0.environment.v1.ReadWorkspaceFileRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	10, // 5: layer0.environment.v1.WriteWorkspaceFileRequest.header:type_name -> layer0.environment.v1.WorkspaceFileHeader
+	3,  // 6: layer0.environment.v1.WorkspaceFileHeader.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	3,  // 7: layer0.environment.v1.DeleteWorkspaceRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	37, // 8: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	19, // 9: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	38, // 10: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	17, // 11: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
+	37, // 12: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	19, // 13: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	39, // 14: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	40, // 15: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
+	18, // 16: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
+	40, // 17: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
+	20, // 18: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
+	28, // 19: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
+	33, // 20: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
+	34, // 21: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
+	40, // 22: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
+	2,  // 23: layer0.environment.v1.EnvironmentSpec.workspace:type_name -> layer0.environment.v1.WorkspaceSpec
+	21, // 24: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
+	22, // 25: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
+	23, // 26: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
+	24, // 27: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
+	25, // 28: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
+	26, // 29: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
+	27, // 30: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
+	35, // 31: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
+	41, // 32: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
+	29, // 33: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
+	30, // 34: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
+	31, // 35: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
+	32, // 36: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
+	40, // 37: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
+	1,  // 38: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
+	35, // 39: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
+	1,  // 40: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
+	16, // 41: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
+	14, // 42: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
+	4,  // 43: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:input_type -> layer0.environment.v1.ListWorkspaceFilesRequest
+	7,  // 44: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:input_type -> layer0.environment.v1.ReadWorkspaceFileRequest
+	9,  // 45: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:input_type -> layer0.environment.v1.WriteWorkspaceFileRequest
+	12, // 46: layer0.environment.v1.EnvironmentService.DeleteWorkspace:input_type -> layer0.environment.v1.DeleteWorkspaceRequest
+	17, // 47: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
+	15, // 48: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
+	5,  // 49: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:output_type -> layer0.environment.v1.ListWorkspaceFilesResponse
+	8,  // 50: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:output_type -> layer0.environment.v1.ReadWorkspaceFileResponse
+	11, // 51: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:output_type -> layer0.environment.v1.WriteWorkspaceFileResponse
+	13, // 52: layer0.environment.v1.EnvironmentService.DeleteWorkspace:output_type -> layer0.environment.v1.DeleteWorkspaceResponse
+	47, // [47:53] is the sub-list for method output_type
+	41, // [41:47] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_layer0_environment_v1_environment_proto_init() }
@@ -1701,10 +2605,18 @@ func file_layer0_environment_v1_environment_proto_init() {
 		return
 	}
 	file_layer0_environment_v1_environment_proto_msgTypes[1].OneofWrappers = []any{
+		(*WorkspaceRef_SessionId)(nil),
+		(*WorkspaceRef_WorkflowId)(nil),
+	}
+	file_layer0_environment_v1_environment_proto_msgTypes[7].OneofWrappers = []any{
+		(*WriteWorkspaceFileRequest_Header)(nil),
+		(*WriteWorkspaceFileRequest_Data)(nil),
+	}
+	file_layer0_environment_v1_environment_proto_msgTypes[13].OneofWrappers = []any{
 		(*RunStreamResponse_Progress)(nil),
 		(*RunStreamResponse_Result)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[6].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[18].OneofWrappers = []any{
 		(*IsolationBoundary_Process)(nil),
 		(*IsolationBoundary_Container)(nil),
 		(*IsolationBoundary_Gvisor)(nil),
@@ -1713,20 +2625,20 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*IsolationBoundary_NetworkPolicy)(nil),
 		(*IsolationBoundary_Custom)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[15].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[27].OneofWrappers = []any{
 		(*CredentialInjection_EnvVar)(nil),
 		(*CredentialInjection_File)(nil),
 		(*CredentialInjection_Sidecar)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[19].OneofWrappers = []any{}
-	file_layer0_environment_v1_environment_proto_msgTypes[21].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[31].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_environment_v1_environment_proto_rawDesc), len(file_layer0_environment_v1_environment_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   22,
+			NumEnums:      2,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EnvironmentService_Run_FullMethodName       = "/layer0.environment.v1.EnvironmentService/Run"
-	EnvironmentService_RunStream_FullMethodName = "/layer0.environment.v1.EnvironmentService/RunStream"
+	EnvironmentService_Run_FullMethodName                = "/layer0.environment.v1.EnvironmentService/Run"
+	EnvironmentService_RunStream_FullMethodName          = "/layer0.environment.v1.EnvironmentService/RunStream"
+	EnvironmentService_ListWorkspaceFiles_FullMethodName = "/layer0.environment.v1.EnvironmentService/ListWorkspaceFiles"
+	EnvironmentService_ReadWorkspaceFile_FullMethodName  = "/layer0.environment.v1.EnvironmentService/ReadWorkspaceFile"
+	EnvironmentService_WriteWorkspaceFile_FullMethodName = "/layer0.environment.v1.EnvironmentService/WriteWorkspaceFile"
+	EnvironmentService_DeleteWorkspace_FullMethodName    = "/layer0.environment.v1.EnvironmentService/DeleteWorkspace"
 )
 
 // EnvironmentServiceClient is the client API for EnvironmentService service.
@@ -48,6 +52,26 @@ type EnvironmentServiceClient interface {
 	// credentials never come back in it.
 	// Errors: the same as Run, as the stream's final status.
 	RunStream(ctx context.Context, in *RunStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamResponse], error)
+	// ListWorkspaceFiles lists the files of a workspace that lasts (see
+	// WorkspaceSpec) under a directory of it, recursively, in path order.
+	// Errors: NOT_FOUND when the workspace or the directory does not exist;
+	// INVALID_ARGUMENT for a path that is absolute, holds "..", or leaves
+	// the workspace through a symbolic link.
+	ListWorkspaceFiles(ctx context.Context, in *ListWorkspaceFilesRequest, opts ...grpc.CallOption) (*ListWorkspaceFilesResponse, error)
+	// ReadWorkspaceFile streams one regular file of a workspace, in chunks
+	// of at most 64 KiB. Errors: as ListWorkspaceFiles; FAILED_PRECONDITION
+	// for a directory or another kind of file.
+	ReadWorkspaceFile(ctx context.Context, in *ReadWorkspaceFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadWorkspaceFileResponse], error)
+	// WriteWorkspaceFile writes one file into a workspace (creating the
+	// workspace and the file's directories when missing): a header first,
+	// then the content in chunks. The file appears whole or not at all.
+	// It waits for a run using the workspace to end. Errors: as
+	// ListWorkspaceFiles; RESOURCE_EXHAUSTED when the workspace would grow
+	// past its size cap.
+	WriteWorkspaceFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse], error)
+	// DeleteWorkspace removes a workspace and everything in it; removing
+	// one that does not exist succeeds.
+	DeleteWorkspace(ctx context.Context, in *DeleteWorkspaceRequest, opts ...grpc.CallOption) (*DeleteWorkspaceResponse, error)
 }
 
 type environmentServiceClient struct {
@@ -87,6 +111,58 @@ func (c *environmentServiceClient) RunStream(ctx context.Context, in *RunStreamR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type EnvironmentService_RunStreamClient = grpc.ServerStreamingClient[RunStreamResponse]
 
+func (c *environmentServiceClient) ListWorkspaceFiles(ctx context.Context, in *ListWorkspaceFilesRequest, opts ...grpc.CallOption) (*ListWorkspaceFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkspaceFilesResponse)
+	err := c.cc.Invoke(ctx, EnvironmentService_ListWorkspaceFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *environmentServiceClient) ReadWorkspaceFile(ctx context.Context, in *ReadWorkspaceFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadWorkspaceFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EnvironmentService_ServiceDesc.Streams[1], EnvironmentService_ReadWorkspaceFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadWorkspaceFileRequest, ReadWorkspaceFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_ReadWorkspaceFileClient = grpc.ServerStreamingClient[ReadWorkspaceFileResponse]
+
+func (c *environmentServiceClient) WriteWorkspaceFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EnvironmentService_ServiceDesc.Streams[2], EnvironmentService_WriteWorkspaceFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_WriteWorkspaceFileClient = grpc.ClientStreamingClient[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]
+
+func (c *environmentServiceClient) DeleteWorkspace(ctx context.Context, in *DeleteWorkspaceRequest, opts ...grpc.CallOption) (*DeleteWorkspaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteWorkspaceResponse)
+	err := c.cc.Invoke(ctx, EnvironmentService_DeleteWorkspace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnvironmentServiceServer is the server API for EnvironmentService service.
 // All implementations must embed UnimplementedEnvironmentServiceServer
 // for forward compatibility.
@@ -112,6 +188,26 @@ type EnvironmentServiceServer interface {
 	// credentials never come back in it.
 	// Errors: the same as Run, as the stream's final status.
 	RunStream(*RunStreamRequest, grpc.ServerStreamingServer[RunStreamResponse]) error
+	// ListWorkspaceFiles lists the files of a workspace that lasts (see
+	// WorkspaceSpec) under a directory of it, recursively, in path order.
+	// Errors: NOT_FOUND when the workspace or the directory does not exist;
+	// INVALID_ARGUMENT for a path that is absolute, holds "..", or leaves
+	// the workspace through a symbolic link.
+	ListWorkspaceFiles(context.Context, *ListWorkspaceFilesRequest) (*ListWorkspaceFilesResponse, error)
+	// ReadWorkspaceFile streams one regular file of a workspace, in chunks
+	// of at most 64 KiB. Errors: as ListWorkspaceFiles; FAILED_PRECONDITION
+	// for a directory or another kind of file.
+	ReadWorkspaceFile(*ReadWorkspaceFileRequest, grpc.ServerStreamingServer[ReadWorkspaceFileResponse]) error
+	// WriteWorkspaceFile writes one file into a workspace (creating the
+	// workspace and the file's directories when missing): a header first,
+	// then the content in chunks. The file appears whole or not at all.
+	// It waits for a run using the workspace to end. Errors: as
+	// ListWorkspaceFiles; RESOURCE_EXHAUSTED when the workspace would grow
+	// past its size cap.
+	WriteWorkspaceFile(grpc.ClientStreamingServer[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]) error
+	// DeleteWorkspace removes a workspace and everything in it; removing
+	// one that does not exist succeeds.
+	DeleteWorkspace(context.Context, *DeleteWorkspaceRequest) (*DeleteWorkspaceResponse, error)
 	mustEmbedUnimplementedEnvironmentServiceServer()
 }
 
@@ -127,6 +223,18 @@ func (UnimplementedEnvironmentServiceServer) Run(context.Context, *RunRequest) (
 }
 func (UnimplementedEnvironmentServiceServer) RunStream(*RunStreamRequest, grpc.ServerStreamingServer[RunStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method RunStream not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) ListWorkspaceFiles(context.Context, *ListWorkspaceFilesRequest) (*ListWorkspaceFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkspaceFiles not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) ReadWorkspaceFile(*ReadWorkspaceFileRequest, grpc.ServerStreamingServer[ReadWorkspaceFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadWorkspaceFile not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) WriteWorkspaceFile(grpc.ClientStreamingServer[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteWorkspaceFile not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) DeleteWorkspace(context.Context, *DeleteWorkspaceRequest) (*DeleteWorkspaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteWorkspace not implemented")
 }
 func (UnimplementedEnvironmentServiceServer) mustEmbedUnimplementedEnvironmentServiceServer() {}
 func (UnimplementedEnvironmentServiceServer) testEmbeddedByValue()                            {}
@@ -178,6 +286,60 @@ func _EnvironmentService_RunStream_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type EnvironmentService_RunStreamServer = grpc.ServerStreamingServer[RunStreamResponse]
 
+func _EnvironmentService_ListWorkspaceFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkspaceFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvironmentServiceServer).ListWorkspaceFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvironmentService_ListWorkspaceFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvironmentServiceServer).ListWorkspaceFiles(ctx, req.(*ListWorkspaceFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EnvironmentService_ReadWorkspaceFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadWorkspaceFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EnvironmentServiceServer).ReadWorkspaceFile(m, &grpc.GenericServerStream[ReadWorkspaceFileRequest, ReadWorkspaceFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_ReadWorkspaceFileServer = grpc.ServerStreamingServer[ReadWorkspaceFileResponse]
+
+func _EnvironmentService_WriteWorkspaceFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(EnvironmentServiceServer).WriteWorkspaceFile(&grpc.GenericServerStream[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_WriteWorkspaceFileServer = grpc.ClientStreamingServer[WriteWorkspaceFileRequest, WriteWorkspaceFileResponse]
+
+func _EnvironmentService_DeleteWorkspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteWorkspaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvironmentServiceServer).DeleteWorkspace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvironmentService_DeleteWorkspace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvironmentServiceServer).DeleteWorkspace(ctx, req.(*DeleteWorkspaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnvironmentService_ServiceDesc is the grpc.ServiceDesc for EnvironmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -189,12 +351,30 @@ var EnvironmentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Run",
 			Handler:    _EnvironmentService_Run_Handler,
 		},
+		{
+			MethodName: "ListWorkspaceFiles",
+			Handler:    _EnvironmentService_ListWorkspaceFiles_Handler,
+		},
+		{
+			MethodName: "DeleteWorkspace",
+			Handler:    _EnvironmentService_DeleteWorkspace_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "RunStream",
 			Handler:       _EnvironmentService_RunStream_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadWorkspaceFile",
+			Handler:       _EnvironmentService_ReadWorkspaceFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteWorkspaceFile",
+			Handler:       _EnvironmentService_WriteWorkspaceFile_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "layer0/environment/v1/environment.proto",
