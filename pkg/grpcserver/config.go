@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/secbear/neuron/pkg/msgsize"
+	"github.com/secbear/neuron/pkg/telemetry"
 )
 
 // Config is what every service's server needs. Zero values take the
@@ -37,6 +38,10 @@ type Config struct {
 	// Telemetry installs the otelgrpc stats handler: a span and metrics
 	// per call, trace context taken from incoming metadata.
 	Telemetry bool
+	// OTel is where the process's traces and metrics go (pkg/telemetry):
+	// New installs the providers when it is enabled (which turns
+	// Telemetry on too) and Serve flushes them when it returns.
+	OTel telemetry.Config
 }
 
 // Defaults. DefaultMaxMsgBytes is msgsize.Max, which grpcclient uses too.
@@ -73,6 +78,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSendMsgBytes, "max-send-msg-bytes", c.MaxSendMsgBytes, "largest response message sent")
 	fs.UintVar(&c.MaxConcurrentStreams, "max-concurrent-streams", c.MaxConcurrentStreams, "concurrent calls per connection")
 	fs.BoolVar(&c.Telemetry, "otel", c.Telemetry, "OpenTelemetry spans and metrics for every call (to the process's OTel providers)")
+	c.OTel.BindFlags(fs)
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful stop limit before in-flight calls are cut")
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/secbear/neuron/pkg/interceptor/auth"
+	"github.com/secbear/neuron/pkg/telemetry"
 )
 
 // Server is a gRPC server with the standard chain. Register services on it
@@ -30,6 +31,7 @@ type Server struct {
 	log    *slog.Logger
 	grpc   *grpc.Server
 	health *health.Server
+	tel    *telemetry.Telemetry
 }
 
 // Option adds to the standard server.
@@ -90,6 +92,13 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The process's tracer and meter providers, when configured: every
+	// binary gets them here, where its server is built.
+	tel, err := telemetry.Setup(context.Background(), c.OTel, c.Name, log)
+	if err != nil {
+		return nil, err
+	}
+	c.Telemetry = c.Telemetry || c.OTel.Enabled()
 	var sopts []grpc.ServerOption
 	if c.Telemetry {
 		// Spans and metrics go to the process's global OpenTelemetry
@@ -127,6 +136,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	if c.TLSCert != "" && !c.Dev {
 		tc, err := serverTLS(c)
 		if err != nil {
+			_ = tel.Shutdown(context.Background())
 			return nil, err
 		}
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(tc)))
@@ -138,7 +148,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	return &Server{cfg: c, log: log, grpc: gs, health: hs}, nil
+	return &Server{cfg: c, log: log, grpc: gs, health: hs, tel: tel}, nil
 }
 
 // RegisterService implements grpc.ServiceRegistrar.
@@ -163,6 +173,7 @@ func (s *Server) Listen() (net.Listener, error) {
 // turns NOT_SERVING first, in-flight calls get ShutdownTimeout to finish,
 // and whatever remains is cut. It returns nil after a requested stop.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	defer s.flushTelemetry()
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 	s.setServing(healthpb.HealthCheckResponse_SERVING)
@@ -190,6 +201,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	s.log.Info("stopped")
 	return nil
+}
+
+// flushTelemetry exports what spans and metrics are queued, bounded by
+// telemetry.DefaultShutdownTimeout.
+func (s *Server) flushTelemetry() {
+	if err := s.tel.Shutdown(context.Background()); err != nil {
+		s.log.Warn("telemetry flush incomplete", "err", err)
+	}
 }
 
 func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {

@@ -467,7 +467,7 @@ func (c Config) withDefaults() Config {
 		cc.Dev, cc.Plaintext = c.Server.Dev, c.Server.Plaintext
 		// --otel: spans of the calls this service makes, not only of those
 		// it serves.
-		cc.Telemetry = cc.Telemetry || c.Server.Telemetry
+		cc.Telemetry = cc.Telemetry || c.Server.Telemetry || c.Server.OTel.Enabled()
 	}
 	return c
 }

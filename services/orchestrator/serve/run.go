@@ -266,7 +266,7 @@ func (c Config) withDefaults() (Config, error) {
 		p.Plaintext = p.Plaintext || c.Server.Plaintext
 		// --otel: spans of the calls this service makes, not only of those
 		// it serves.
-		p.Telemetry = p.Telemetry || c.Server.Telemetry
+		p.Telemetry = p.Telemetry || c.Server.Telemetry || c.Server.OTel.Enabled()
 	}
 	c.Temporal.TLS.Dev = c.Temporal.TLS.Dev || c.Server.Dev
 	if c.Engine.Log == nil {
