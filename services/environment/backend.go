@@ -8,6 +8,7 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/services/environment/scrub"
+	"github.com/secbear/neuron/services/environment/workspace"
 )
 
 // Backend runs invocations in one kind of isolation. The server picks a
@@ -80,11 +81,45 @@ type Invocation struct {
 	// that can do neither ignores it, and the stream carries only the
 	// result.
 	Progress *Progress
+	// Workspace, when the spec asks for a workspace that lasts (a
+	// session's or a workflow's), fills the invocation's fresh workspace
+	// before the run (Load) and stores what the run left after it
+	// (Save). Nil: the workspace lives and dies with the invocation.
+	// Only backends that implement Persistent get one.
+	Workspace *Workspace
 	// Log is a logger carrying the invocation id; it scrubs the
 	// invocation's injected values from every record.
 	Log *slog.Logger
 
 	scrubber *scrub.Scrubber
+}
+
+// Persistent is implemented by backends that keep workspaces across
+// invocations (Invocation.Workspace); the server refuses a spec asking
+// for one on any other backend.
+type Persistent interface {
+	PersistentWorkspaces() bool
+}
+
+// Workspace is the workspace that lasts of one invocation.
+type Workspace struct {
+	// Name is the workspace's name, e.g. "workflow-demo-1".
+	Name  string
+	store *workspace.Store
+}
+
+// Load copies the stored workspace into dir, the invocation's fresh
+// workspace, owned by uid and gid.
+func (w *Workspace) Load(dir string, uid, gid int) error {
+	return w.store.CopyIn(w.Name, dir, &workspace.IDs{UID: uid, GID: gid})
+}
+
+// Save stores what the invocation left in dir, replacing the stored
+// workspace whole. A workspace past its cap is not stored:
+// RESOURCE_EXHAUSTED.
+func (w *Workspace) Save(dir string) error {
+	_, err := w.store.Commit(w.Name, dir)
+	return err
 }
 
 // Credential is one resolved credential.

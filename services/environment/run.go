@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
@@ -19,6 +21,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/environment/egress"
+	"github.com/secbear/neuron/services/environment/workspace"
 )
 
 // Config is everything Run needs to serve the environment: what its
@@ -131,6 +134,16 @@ type Config struct {
 	// UNAVAILABLE (FailOpen: the call proceeds, logged).
 	Middleware remote.Flags
 
+	// WorkspaceMaxBytes caps each workspace that lasts, a session's or a
+	// workflow's (--workspace-max-size): a run leaving more is not
+	// stored, an upload past it is refused, both RESOURCE_EXHAUSTED.
+	// Zero: DefaultDiskBytes; negative is an error.
+	WorkspaceMaxBytes int64
+	// WorkspaceRetention removes a workspace that lasts once nobody has
+	// run in it or written to it for this long (--workspace-retention).
+	// Zero: DefaultWorkspaceRetention; negative: kept until deleted.
+	WorkspaceRetention time.Duration
+
 	// EgressStaticHosts pins host names to ip:port addresses for the
 	// egress proxies, trusted as given (--egress-static-hosts), e.g. an
 	// internal model gateway. Names are matched case-insensitively.
@@ -148,6 +161,10 @@ type Config struct {
 	// own Dial reaches a chosen DNS server).
 	EgressResolver egress.Resolver
 }
+
+// DefaultWorkspaceRetention is Config.WorkspaceRetention when unset: a
+// week.
+const DefaultWorkspaceRetention = 7 * 24 * time.Hour
 
 // DefaultDataDir is Config.DataDir when unset.
 const DefaultDataDir = ".data/environment"
@@ -227,6 +244,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.MaxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent %d: want a positive number of invocations", cfg.MaxConcurrent)
 	}
+	if cfg.WorkspaceMaxBytes < 0 {
+		return fmt.Errorf("--workspace-max-size %d bytes: want a positive size such as 1Gi", cfg.WorkspaceMaxBytes)
+	}
+	if cfg.WorkspaceMaxBytes == 0 {
+		cfg.WorkspaceMaxBytes = DefaultDiskBytes
+	}
+	switch {
+	case cfg.WorkspaceRetention == 0:
+		cfg.WorkspaceRetention = DefaultWorkspaceRetention
+	case cfg.WorkspaceRetention < 0:
+		cfg.WorkspaceRetention = 0 // kept until deleted
+	}
 	log := cfg.Log
 
 	srv, err := grpcserver.New(cfg.Server, log)
@@ -263,6 +292,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Progress:      cfg.Progress,
 		Log:           log,
 	}
+	ws, err := workspace.Open(filepath.Join(cfg.DataDir, "workspaces"), cfg.WorkspaceMaxBytes, cfg.WorkspaceRetention, log)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	sc.Workspaces = ws
+	retCtx, stopRetention := context.WithCancel(ctx)
+	defer stopRetention()
+	go ws.RunRetention(retCtx, min(max(cfg.WorkspaceRetention/10, time.Second), time.Hour))
 	if mw != nil {
 		sc.Exec, _ = mw.ExecServerInterceptors()
 		log.Info("each run is consulted with the exec-boundary middleware", "middleware", cfg.Middleware.Client.Target, "fail_open", cfg.Middleware.FailOpen)

@@ -20,6 +20,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/environment/scrub"
+	"github.com/secbear/neuron/services/environment/workspace"
 )
 
 // ServerConfig configures a Server: the EnvironmentService itself, with
@@ -66,6 +67,10 @@ type ServerConfig struct {
 	// applies to the result (the progress already sent is not
 	// intercepted, as for the operator's ExecuteStream). Nil: none.
 	Exec grpc.UnaryServerInterceptor
+	// Workspaces keeps the workspaces that last (a session's or a
+	// workflow's) and serves their files; nil: a spec asking for one is
+	// refused, and the workspace RPCs are FAILED_PRECONDITION.
+	Workspaces *workspace.Store
 	// Log is the service logger.
 	Log *slog.Logger
 }
@@ -281,6 +286,15 @@ func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *p
 	if q != nil {
 		inv.Progress = newProgress(s.cfg.Progress, scrubber, q, stop, inv.Log)
 	}
+	if inv.Workspace != nil {
+		// Runs of one workspace take turns: each finds what the last
+		// one left.
+		unlock, err := s.cfg.Workspaces.Lock(ctx, inv.Workspace.Name)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials), "stream", q != nil)
 	res, err := backend.Run(ctx, inv)
 	if inv.Progress != nil {
@@ -334,6 +348,10 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		return nil, nil, err
 	}
 	backend, err := s.choose(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := s.workspaceOf(req.GetInput(), spec, backend)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -407,8 +425,9 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		// Whatever this invocation logs, here or in its backend, bridge
 		// and egress proxy, is scrubbed of its injected values: a
 		// sandbox can choose a credential as a key or a host name.
-		Log:      slog.New(scrub.NewHandler(s.cfg.Log.Handler(), scrubber)).With("invocation", id),
-		scrubber: scrubber,
+		Log:       slog.New(scrub.NewHandler(s.cfg.Log.Handler(), scrubber)).With("invocation", id),
+		Workspace: ws,
+		scrubber:  scrubber,
 	}
 	if s.cfg.State != nil {
 		// The bridge reads only the scopes this invocation owns: its

@@ -161,6 +161,11 @@ func New(cfg Config) (*Backend, error) {
 // Name implements environment.Backend.
 func (b *Backend) Name() string { return "process" }
 
+// PersistentWorkspaces implements environment.Persistent: a workspace
+// that lasts is copied into the invocation's capped tmpfs before the
+// run and stored back after it.
+func (b *Backend) PersistentWorkspaces() bool { return true }
+
 // Close releases the work directory, so that another backend (a service
 // started again in this process, say) may own it. Call it once no
 // invocation runs.
@@ -229,6 +234,11 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		return nil, fmt.Errorf("mounting the invocation's workspace: %v: %w", err, errs.Retryable)
 	}
 	defer unmount()
+	if inv.Workspace != nil {
+		if err := inv.Workspace.Load(ws, int(ids.UID), int(ids.GID)); err != nil {
+			return nil, fmt.Errorf("loading workspace %s: %w", inv.Workspace.Name, err)
+		}
+	}
 
 	argv := append([]string{b.cfg.OperatorBinary}, b.cfg.OperatorArgs...)
 	argv = append(argv, "--workspace", ws)
@@ -311,6 +321,14 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		}
 	}
 	res, err := sandbox.Run(ctx, policy, argv, bytes.NewReader(inv.InputJSON))
+	var saveErr error
+	if res != nil && inv.Workspace != nil {
+		// What the run left, whatever its outcome; the sandbox's
+		// processes are all gone.
+		if saveErr = inv.Workspace.Save(ws); saveErr != nil {
+			inv.Log.Warn("storing the workspace", "workspace", inv.Workspace.Name, "error", saveErr.Error())
+		}
+	}
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")
@@ -347,6 +365,9 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	output, err := environment.DecodeOutput(res.Stdout, res.Stderr, res.ExitCode)
 	if err != nil {
 		return out, err
+	}
+	if saveErr != nil {
+		return out, fmt.Errorf("the run ended, but its workspace %s could not be stored: %w", inv.Workspace.Name, saveErr)
 	}
 	out.Output = output
 	return out, nil

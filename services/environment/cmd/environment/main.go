@@ -84,6 +84,8 @@ type flags struct {
 	defaultOutput  uint64
 	defaultDisk    string
 	maxConcurrent  int
+	wsMaxSize      string
+	wsRetention    time.Duration
 
 	// egress
 	staticHosts  string
@@ -120,6 +122,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.Uint64Var(&f.defaultOutput, "default-max-output-bytes", d.Limits.MaxOutputBytes, "output read back from a run whose spec sets none")
 	fs.StringVar(&f.defaultDisk, "default-disk", "1Gi", "disk cap of a run whose spec sets no resources.disk (process and docker: the workspace tmpfs's size; kubernetes: ephemeral storage and the workspace's sizeLimit)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", environment.DefaultMaxConcurrent, "most invocations run at once; a Run past it is RESOURCE_EXHAUSTED at once, never queued")
+	fs.StringVar(&f.wsMaxSize, "workspace-max-size", "1Gi", "size cap of each workspace that lasts (a session's or a workflow's, spec.workspace): a run leaving more is not stored, an upload past it is refused")
+	fs.DurationVar(&f.wsRetention, "workspace-retention", environment.DefaultWorkspaceRetention, "remove a workspace that lasts once unused for this long; negative: keep until deleted")
 	fs.StringVar(&f.staticHosts, "egress-static-hosts", "", "comma-separated host=ip:port pins for the egress proxy, trusted as given (e.g. an internal model gateway)")
 	fs.StringVar(&f.allowPrivate, "egress-allow-private", "", "comma-separated CIDRs the egress proxy may reach although they are private or loopback; the host's own addresses stay refused unless listed exactly (/32, /128)")
 	fs.StringVar(&f.egressCA, "egress-ca-file", "", "extra CA bundle the egress proxy trusts for credentialed hosts")
@@ -194,6 +198,15 @@ func (f *flags) config() (environment.Config, error) {
 		return cfg, fmt.Errorf("--default-disk %q: want a quantity such as 1Gi", f.defaultDisk)
 	}
 	cfg.DefaultDiskBytes = disk.Value()
+	wsMax, err := resource.ParseQuantity(f.wsMaxSize)
+	if err != nil || wsMax.Sign() <= 0 || wsMax.Value() <= 0 {
+		return cfg, fmt.Errorf("--workspace-max-size %q: want a quantity such as 1Gi", f.wsMaxSize)
+	}
+	cfg.WorkspaceMaxBytes = wsMax.Value()
+	cfg.WorkspaceRetention = f.wsRetention
+	if f.wsRetention == 0 {
+		return cfg, fmt.Errorf("--workspace-retention 0: want a duration such as 168h, or a negative one to keep workspaces until deleted")
+	}
 	for _, kv := range flagenv.SplitList(f.staticHosts) {
 		host, addr, ok := strings.Cut(kv, "=")
 		if !ok || host == "" || addr == "" {
