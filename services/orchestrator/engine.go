@@ -65,11 +65,14 @@ type Workflow struct {
 	Steps        uint32
 	Spent        decimal.Decimal
 	Budget       decimal.NullDecimal
-	LastOutput   *operatorv1.OperatorOutput
-	Failure      *Failure
-	Created      time.Time
-	Updated      time.Time
-	Pending      uint32
+	// MaxSteps is its limit of operator calls; 0 when the engine does not
+	// say.
+	MaxSteps   uint64
+	LastOutput *operatorv1.OperatorOutput
+	Failure    *Failure
+	Created    time.Time
+	Updated    time.Time
+	Pending    uint32
 	// Waiting is why a RUNNING workflow is not making progress; nil while
 	// it is.
 	Waiting *Wait
@@ -157,7 +160,7 @@ func NewSpec(req *StartRequest, agent *Agent, opts Options, trace map[string]str
 		budget = agent.Defaults.Budget
 	}
 	return &Spec{ID: req.WorkflowID, RootAgent: agent.ID, Detached: req.Detached, Input: input, Budget: budget, Trace: trace,
-		MaxDepth: opts.MaxDepth, MaxSteps: opts.MaxSteps, WarnFraction: opts.WarnFraction}, nil
+		MaxDepth: opts.MaxDepth, MaxSteps: opts.MaxSteps, WarnFraction: opts.WarnFraction, AskLimits: opts.AskLimits}, nil
 }
 
 // Defaults of Options.
@@ -183,6 +186,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// Policy decides what happens as a budget is spent.
 	Policy BudgetPolicy
+	// AskLimits: workflows started from now on wait for a raise when they
+	// reach a limit (Spec.AskLimits); the orchestrator's --on-limit=ask.
+	AskLimits bool
 	// Handlers execute custom effects by effect_type.
 	Handlers map[string]EffectHandler
 	// Log receives the engine's logs.

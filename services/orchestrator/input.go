@@ -353,14 +353,20 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 	if len(pending) == 0 {
 		return in, nil
 	}
-	if in.Message == nil {
-		in.Message = &typesv1.Content{}
-	}
 	seqs := make([]uint64, 0, len(pending))
 	list := make([]any, 0, len(pending))
 	for _, s := range pending {
 		p := &typesv1.SignalPayload{}
 		_ = proto.Unmarshal(s.Payload, p)
+		if isLimits(p) {
+			// A change of the workflow's limits is the workflow's
+			// (ApplyLimits): delivered with the call, not shown to it.
+			seqs = append(seqs, s.Seq)
+			continue
+		}
+		if in.Message == nil {
+			in.Message = &typesv1.Content{}
+		}
 		if n := approvalOf(in, p); n > 0 {
 			// The decisions resume the operator's pending tool calls and
 			// the model is told of them as tool results; the message an
@@ -383,6 +389,9 @@ func prepareInput(agent *Agent, planned *operatorv1.OperatorInput, model string,
 		if in.Resume != nil && in.Resume.Decision == nil {
 			in.Resume.Decision = p.GetData()
 		}
+	}
+	if len(list) == 0 {
+		return in, seqs
 	}
 	in.Trigger = operatorv1.TriggerType_TRIGGER_TYPE_SIGNAL
 	in.CustomTrigger = ""

@@ -65,7 +65,13 @@ type Host interface {
 	// then returns more=true; one that cannot (the journal) returns
 	// more=false and runs the workflow again from the top when a signal
 	// arrives.
+	// A limits change (LimitsSignal) pending alone does not count: it
+	// waits for the next call there is.
 	Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (more bool, err error)
+	// AwaitRaise is Await for a workflow that reached a limit before an
+	// operator call (suspended): any signal, a limits change included,
+	// lets it go on to that call, which applies the change.
+	AwaitRaise(ending *lifecyclev1.LifecycleEvent) (more bool, err error)
 	// Stopped says whether err ended the workflow because it was stopped
 	// from outside (cancelled, or paused for a shutdown) rather than
 	// failed; nil when it was not.
@@ -106,6 +112,9 @@ type Spec struct {
 	MaxDepth     uint32
 	MaxSteps     uint64
 	WarnFraction decimal.Decimal
+	// AskLimits: a workflow reaching its budget or its limit of operator
+	// calls waits for a raise (UpdateWorkflowLimits) instead of failing.
+	AskLimits bool
 }
 
 // AgentInfo is what the workflow decides on about an agent.
@@ -186,6 +195,14 @@ type StepCall struct {
 	Trace      map[string]string
 	// Remaining is the workflow budget left; invalid when there is none.
 	Remaining decimal.NullDecimal
+	// Budget, Spent and MaxSteps are the workflow's limits and what it
+	// spent before the call, for ApplyLimits.
+	Budget   decimal.NullDecimal
+	Spent    decimal.Decimal
+	MaxSteps uint64
+	// Asking names the limit (LimitBudget, LimitMaxSteps) the workflow
+	// reached and waited for a raise of before this call; "" when none.
+	Asking string
 }
 
 // StepResult is what the workflow needs of an operator output.
@@ -202,6 +219,9 @@ type StepResult struct {
 	Duration time.Duration
 	// Pending are the tool calls a SUSPENDED output waits on.
 	Pending []PendingCall
+	// Limits is the change of the workflow's limits delivered with the
+	// call (ApplyLimits); nil when none.
+	Limits *Limits
 }
 
 // PendingCall is a tool call waiting for approval, as the workflow

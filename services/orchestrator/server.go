@@ -421,6 +421,7 @@ func pageSize(n int32) (int, error) {
 func (s *Server) toWorkflow(r *Workflow) *orchestratorv1.Workflow {
 	wf := toWorkflow(r)
 	wf.PendingApprovals = s.pendingOf(r)
+	wf.LimitRequest = limitRequestOf(r)
 	return wf
 }
 

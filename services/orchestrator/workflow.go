@@ -39,7 +39,7 @@ type Exit struct {
 // fast-forwards through what it recorded) until it ends, suspends or is
 // stopped.
 func Run(h Host, s *Spec) Exit {
-	w := &workflow{h: h, s: s, models: map[string]string{}, agents: map[string]AgentInfo{}}
+	w := &workflow{h: h, s: s, models: map[string]string{}, agents: map[string]AgentInfo{}, limit: s.Budget, maxSteps: s.MaxSteps}
 	root := &operatorv1.OperatorInput{}
 	if err := proto.Unmarshal(s.Input, root); err != nil {
 		return w.fail(fmt.Errorf("the workflow's input is corrupt: %v: %w", err, errs.Internal))
@@ -55,7 +55,7 @@ func Run(h Host, s *Spec) Exit {
 	}
 	f := frame{agent: s.RootAgent, info: info, chain: []string{s.RootAgent}, cause: root.GetDispatch().GetCausationId(), session: root.SessionId}
 	_, err = w.agent(f, Plan{Kind: PlanInput, Input: s.Input}, true)
-	if err != nil {
+	if err != nil && !errors.Is(err, errParked) {
 		return w.fail(err)
 	}
 	if w.parked {
@@ -78,7 +78,18 @@ type workflow struct {
 	agents  map[string]AgentInfo
 	corr    string
 	parked  bool // suspended, to run again when a signal arrives
+	// limit and maxSteps are the workflow's limits, as UpdateWorkflowLimits
+	// changed them; asking names the one it reached and waits for a raise
+	// of before its next operator call ("" when none).
+	limit    decimal.NullDecimal
+	maxSteps uint64
+	asking   string
 }
+
+// errParked unwinds a workflow that suspended (to wait for a raise) in the
+// middle of an agent, up to Run; the engine runs it again when a signal
+// arrives.
+var errParked = errors.New("the workflow suspended")
 
 // frame is one agent's place in the workflow.
 type frame struct {
@@ -222,20 +233,33 @@ func (w *workflow) agent(f frame, plan Plan, root bool) (*StepResult, error) {
 // ends the workflow after this call (its effects are still executed,
 // except dispatches).
 func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt error, err error) {
+	if w.n+1 > w.maxSteps {
+		if !w.s.AskLimits {
+			return nil, "", nil, fmt.Errorf("the workflow reached its limit of %d operator calls (agents may be handing off or delegating in a loop): %w",
+				w.maxSteps, errs.FailedPrecondition)
+		}
+		w.asking = LimitMaxSteps
+	}
+	if w.asking != "" {
+		if err := w.wait(f); err != nil {
+			return nil, "", nil, err
+		}
+	}
 	w.n++
 	n := w.n
-	if n > w.s.MaxSteps {
-		return nil, "", nil, fmt.Errorf("the workflow reached its limit of %d operator calls (agents may be handing off or delegating in a loop): %w",
-			w.s.MaxSteps, errs.FailedPrecondition)
-	}
 	id = DispatchID(w.s.ID, n)
 	model, downgraded := w.models[f.agent]
 	c := &StepCall{N: n, Dispatch: id, Agent: f.agent, Info: f.info, Plan: plan, Model: model, Downgraded: downgraded,
-		Parent: f.parent, Cause: f.cause, Corr: w.corr, Depth: f.depth, Trace: w.s.Trace}
-	if w.s.Budget.Valid {
-		c.Remaining = decimal.NewNullDecimal(w.s.Budget.Decimal.Sub(w.spent))
+		Parent: f.parent, Cause: f.cause, Corr: w.corr, Depth: f.depth, Trace: w.s.Trace,
+		Budget: w.limit, Spent: w.spent, MaxSteps: w.maxSteps, Asking: w.asking}
+	if w.limit.Valid {
+		c.Remaining = decimal.NewNullDecimal(w.limit.Decimal.Sub(w.spent))
 	}
 	out, err = w.h.Call(c)
+	w.asking = ""
+	if out != nil && out.Limits != nil {
+		w.limits(f, out.Limits)
+	}
 	var opErr *OperatorError
 	switch {
 	case errors.As(err, &opErr):
@@ -254,6 +278,42 @@ func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt er
 		num("duration_ms", out.Duration.Milliseconds()), num("effects", len(out.Effects)), numbers("signals", out.Signals)))
 	halt, err = w.budget(f, out.Cost)
 	return out, id, halt, err
+}
+
+// wait suspends the workflow until a signal arrives, reporting the limit
+// it reached (Workflow.limit_request); the next operator call applies the
+// raise (ApplyLimits). An engine that cannot wait ends this run: errParked.
+func (w *workflow) wait(f frame) error {
+	data := object(num("steps", w.steps), str("spent", w.spent.String()), str("exit", "LIMIT_REACHED"))
+	data.GetStructValue().Fields["limit_request"] = w.limitRequest(w.asking, f.agent)
+	more, err := w.h.AwaitRaise(w.observable(f.agent, "orchestrator.workflow.suspended", data))
+	if err != nil {
+		return err
+	}
+	if !more {
+		w.parked = true
+		return errParked
+	}
+	return nil
+}
+
+// limits takes in a change of the workflow's limits delivered with its
+// last operator call, and reports it.
+func (w *workflow) limits(f frame, l *Limits) {
+	if l.Rejected {
+		return // ApplyLimits failed the call if it mattered
+	}
+	fields := []field{numbers("signals", l.Seqs), str("reason", l.Reason), num("max_steps", w.maxSteps)}
+	if l.Budget.Valid {
+		w.limit = l.Budget
+		w.warned = w.spent.GreaterThanOrEqual(w.limit.Decimal.Mul(w.s.WarnFraction))
+		fields = append(fields, str("budget", w.limit.Decimal.String()))
+	}
+	if l.MaxSteps > 0 {
+		w.maxSteps = l.MaxSteps
+		fields[2] = num("max_steps", w.maxSteps)
+	}
+	w.event(f.agent, "orchestrator.workflow.limits_changed", object(fields...))
 }
 
 // field is one field of an event's data: the JSON value it is stored
@@ -313,10 +373,10 @@ func (w *workflow) budget(f frame, cost decimal.Decimal) (halt error, err error)
 	w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_CostIncurred{
 		CostIncurred: &lifecyclev1.CostIncurred{AgentId: f.agent, Cost: money.FromDecimal(cost), Cumulative: money.FromDecimal(w.spent)},
 	}}))
-	if !w.s.Budget.Valid {
+	if !w.limit.Valid {
 		return nil, nil
 	}
-	limit := w.s.Budget.Decimal
+	limit := w.limit.Decimal
 	if !w.warned && w.spent.GreaterThanOrEqual(limit.Mul(w.s.WarnFraction)) {
 		w.warned = true
 		w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_BudgetWarning{
@@ -328,7 +388,7 @@ func (w *workflow) budget(f frame, cost decimal.Decimal) (halt error, err error)
 		model = m
 	}
 	d, err := w.h.Decide(BudgetState{WorkflowID: w.s.ID, AgentID: f.agent, Model: model, DowngradeModel: f.info.DowngradeModel,
-		Spent: w.spent, Limit: limit, WarnFraction: w.s.WarnFraction})
+		Spent: w.spent, Limit: limit, WarnFraction: w.s.WarnFraction, Ask: w.s.AskLimits})
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +405,9 @@ func (w *workflow) budget(f frame, cost decimal.Decimal) (halt error, err error)
 	w.h.Publish(lifecycle.Budget(w.s.ID, f.agent, &lifecyclev1.BudgetEvent{Kind: &lifecyclev1.BudgetEvent_BudgetAction{
 		BudgetAction: &lifecyclev1.BudgetAction{WorkflowId: w.s.ID, Decision: d},
 	}}))
+	if kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_REQUEST_INCREASE && w.s.AskLimits {
+		w.asking = LimitBudget // before the next operator call, wait for the raise
+	}
 	if kind == lifecyclev1.BudgetDecisionKind_BUDGET_DECISION_KIND_HALT_WORKFLOW {
 		return fmt.Errorf("the workflow budget of %s USD is spent (%s USD after %d operator calls): %w",
 			limit.String(), w.spent.String(), w.n, errs.BudgetExhausted), nil

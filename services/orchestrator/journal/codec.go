@@ -240,6 +240,9 @@ const (
 	recMaxSteps
 	recWarnFraction
 	recRootRevision
+	recAskLimits
+	recLimit
+	recLimitSteps
 )
 
 func (r *record) marshal() []byte {
@@ -272,6 +275,11 @@ func (r *record) marshal() []byte {
 	e.uint(recMaxSteps, r.MaxSteps)
 	e.str(recWarnFraction, r.WarnFraction)
 	e.uint(recRootRevision, r.RootRevision)
+	e.bool(recAskLimits, r.AskLimits)
+	if r.Limit.Valid {
+		e.msg(recLimit, []byte(r.Limit.Decimal.String()))
+	}
+	e.uint(recLimitSteps, r.LimitSteps)
 	return e.b
 }
 
@@ -332,6 +340,12 @@ func (r *record) unmarshal(raw []byte) error {
 			r.WarnFraction = d.str()
 		case recRootRevision:
 			r.RootRevision = d.uint()
+		case recAskLimits:
+			r.AskLimits = d.bool()
+		case recLimit:
+			r.Limit = decimal.NewNullDecimal(d.decimal())
+		case recLimitSteps:
+			r.LimitSteps = d.uint()
 		default:
 			d.skip()
 		}

@@ -167,7 +167,7 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 		RootAgent: agent.ID, CurrentAgent: agent.ID, Budget: spec.Budget, Created: now, Updated: now,
 		Fingerprint: req.Fingerprint(), Input: spec.Input, Detached: req.Detached, Trace: trace,
 		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(),
-		RootRevision: agent.Revision,
+		RootRevision: agent.Revision, AskLimits: spec.AskLimits,
 	}
 	if dl, ok := ctx.Deadline(); ok && !req.Detached {
 		rec.Deadline = dl
@@ -368,7 +368,7 @@ func (e *Engine) revealAll() {
 // were frozen at start take the engine's.
 func (e *Engine) spec(rec *record) *orchestrator.Spec {
 	s := &orchestrator.Spec{ID: rec.ID, RootAgent: rec.RootAgent, Detached: rec.Detached, Input: rec.Input, Budget: rec.Budget, Trace: rec.Trace,
-		MaxDepth: rec.MaxDepth, MaxSteps: rec.MaxSteps, WarnFraction: e.opts.WarnFraction}
+		MaxDepth: rec.MaxDepth, MaxSteps: rec.MaxSteps, WarnFraction: e.opts.WarnFraction, AskLimits: rec.AskLimits}
 	if s.MaxDepth == 0 {
 		s.MaxDepth = e.opts.MaxDepth
 	}
@@ -772,6 +772,16 @@ func (e *Engine) viewOf(r *record) (*orchestrator.Workflow, error) {
 	wf := &orchestrator.Workflow{
 		ID: r.ID, Status: r.Status, RootAgent: r.RootAgent, CurrentAgent: r.CurrentAgent, Steps: r.Steps,
 		Spent: r.Spent, Budget: r.Budget, Created: r.Created, Updated: r.Updated, Pending: r.Pending,
+		MaxSteps: r.MaxSteps,
+	}
+	if r.Limit.Valid {
+		wf.Budget = r.Limit
+	}
+	if r.LimitSteps > 0 {
+		wf.MaxSteps = r.LimitSteps
+	}
+	if wf.MaxSteps == 0 {
+		wf.MaxSteps = e.opts.MaxSteps
 	}
 	if r.Failure != nil {
 		wf.Failure = &orchestrator.Failure{Code: r.Failure.Code, Message: r.Failure.Message, Reason: r.Failure.Reason}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -310,6 +311,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		built  *operatorv1.OperatorInput
 		st     *stepRecord
 		replay bool
+		lim    *orchestrator.Limits
 		err    error
 	)
 	d := h.deferred
@@ -334,6 +336,9 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 			sigs := make([]orchestrator.Signal, len(pending))
 			for i, s := range pending {
 				sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
+			}
+			if lim, err = orchestrator.ApplyLimits(c, sigs); err != nil {
+				return nil, err // over a limit still: nothing is journaled, the workflow fails
 			}
 			in, seqs, err := orchestrator.BuildInput(a, c, h.id, sigs, func(n uint64) (*operatorv1.OperatorOutput, error) {
 				if out := h.outputs[n]; out != nil {
@@ -362,6 +367,11 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 	if st.Agent != c.Agent {
 		return nil, fmt.Errorf("journal mismatch at step %d: recorded agent %q, replay reached %q: %w", c.N, st.Agent, c.Agent, errs.Internal)
 	}
+	if replay && len(st.Signals) > 0 {
+		if lim, err = h.limits(c, st.Signals); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case st.Error != nil:
 		return nil, &orchestrator.OperatorError{Failure: &orchestrator.Failure{Code: st.Error.Code, Message: st.Error.Message, Reason: st.Error.Reason}}
@@ -372,7 +382,7 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		}
 		h.outputs[c.N] = out
 		res := orchestrator.ResultOf(c.Dispatch, out)
-		res.Signals = st.Signals
+		res.Signals, res.Limits = st.Signals, lim
 		return res, nil
 	}
 	// Not called yet, or in flight when the orchestrator stopped: call
@@ -424,11 +434,30 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 		r.Spent = r.Spent.Add(res.Cost)
 		r.LastOutput = st.Output
 		r.CurrentAgent = c.Agent
+		if lim != nil {
+			r.Limit, r.LimitSteps = c.Budget, c.MaxSteps
+		}
 	}))
 	h.outputs[c.N], h.live[c.N] = out, true
-	res.Signals = st.Signals
+	res.Signals, res.Limits = st.Signals, lim
 	res.Duration = time.Since(started)
 	return res, nil
+}
+
+// limits applies to c the limits changes among the signals step c.N
+// was journaled with (ApplyLimits again, as the step's first run did).
+func (h *host) limits(c *orchestrator.StepCall, seqs []uint64) (*orchestrator.Limits, error) {
+	all, err := h.e.j.Signals(h.id)
+	if err != nil {
+		return nil, err
+	}
+	var sigs []orchestrator.Signal
+	for _, s := range all {
+		if slices.Contains(seqs, s.Seq) {
+			sigs = append(sigs, orchestrator.Signal{Seq: s.Seq, Payload: s.Payload})
+		}
+	}
+	return orchestrator.ApplyLimits(c, sigs)
 }
 
 // intent is the first step of a workflow that exists in memory only,
@@ -616,6 +645,18 @@ func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, 
 	if suspended {
 		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED
 	}
+	return h.await(status, ending, orchestrator.Wakes)
+}
+
+// AwaitRaise implements orchestrator.Host: Await, suspended, that any
+// signal ends.
+func (h *host) AwaitRaise(ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	return h.await(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED, ending, nil)
+}
+
+// await ends the workflow in status unless the next step is journaled or
+// a pending signal wakes it (nil wakes: any).
+func (h *host) await(status orchestratorv1.WorkflowStatus, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
 	isNew := h.next()
 	var raw []byte
 	if isNew {
@@ -625,7 +666,7 @@ func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, 
 		more, ended bool
 		pos         uint64
 	)
-	if err := h.commit(endUnlessMore(h.n+1, status, h.withEnding(raw, isNew, &pos), &more, &ended)); err != nil {
+	if err := h.commit(endUnlessMore(h.n+1, status, h.withEnding(raw, isNew, &pos), wakes, &more, &ended)); err != nil {
 		return false, err
 	}
 	if ended {

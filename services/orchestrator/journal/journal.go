@@ -153,6 +153,13 @@ type record struct {
 	// started with (0: a registry without revisions); its lookup of the
 	// root agent reads that revision.
 	RootRevision uint64 `json:"root_revision,omitempty"`
+	// AskLimits: it waits for a raise at a limit (Spec.AskLimits).
+	AskLimits bool `json:"ask_limits,omitempty"`
+	// Limit and LimitSteps are its budget and limit of operator calls as
+	// UpdateWorkflowLimits last changed them (Budget and MaxSteps stay
+	// what it started with: a run from the top starts there again).
+	Limit      decimal.NullDecimal `json:"limit,omitzero"`
+	LimitSteps uint64              `json:"limit_steps,omitempty"`
 }
 
 // lookupRecord is a registry lookup as the workflow first saw it.
@@ -1030,13 +1037,31 @@ func (j *Journal) openToken(token string, status orchestratorv1.WorkflowStatus) 
 	return p[2:], nil
 }
 
+// anyWakes says whether a pending signal wakes the workflow (nil wakes:
+// any does).
+func anyWakes(b *bolt.Bucket, wakes func([]byte) bool) (bool, error) {
+	if wakes == nil {
+		return true, nil
+	}
+	pending, err := pendingSignals(b)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range pending {
+		if wakes(s.Payload) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // endUnlessMore sets the workflow's status to status (COMPLETED or
 // SUSPENDED), after ending (which writes its last event), unless step
-// next is journaled or signals are pending: then it changes nothing and
+// next is journaled or signals that wake it are pending: then it changes nothing and
 // sets *more. Signal writes in the same commit order, so a signal
 // accepted before this commits is never stranded. A workflow that has
 // ended meanwhile (a CancelWorkflow) sets *ended and is left as it is.
-func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op, more, ended *bool) op {
+func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op, wakes func([]byte) bool, more, ended *bool) op {
 	return func(w *wtx) error {
 		*more, *ended = false, false
 		r, err := w.record()
@@ -1047,9 +1072,19 @@ func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op,
 			*ended = true
 			return nil
 		}
-		if w.b.Get(stepKey(next)) != nil || r.Pending > 0 {
+		if w.b.Get(stepKey(next)) != nil {
 			*more = true
 			return nil
+		}
+		if r.Pending > 0 {
+			waking, err := anyWakes(w.b, wakes)
+			if err != nil {
+				return err
+			}
+			if waking {
+				*more = true
+				return nil
+			}
 		}
 		if err := ending(w); err != nil {
 			return err

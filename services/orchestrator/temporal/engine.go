@@ -209,7 +209,8 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
 	}
 	args := twInput{RootAgent: spec.RootAgent, Detached: req.Detached, Input: spec.Input, Trace: spec.Trace,
-		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(), RootRevision: agent.Revision}
+		MaxDepth: spec.MaxDepth, MaxSteps: spec.MaxSteps, WarnFraction: spec.WarnFraction.String(), RootRevision: agent.Revision,
+		AskLimits: spec.AskLimits}
 	if spec.Budget.Valid {
 		args.Budget = spec.Budget.Decimal.String()
 	}
@@ -387,7 +388,7 @@ func (e *Engine) result(ctx context.Context, id string) (*twResult, error) {
 // of every step in step order.
 func (e *Engine) workflowOf(ctx context.Context, id string, res *twResult, effects bool) (*orchestrator.Workflow, error) {
 	wf := &orchestrator.Workflow{ID: id, Status: statusOf(res.Status), RootAgent: res.RootAgent, CurrentAgent: res.CurrentAgent,
-		Steps: res.Steps, Budget: budgetOf(res.Budget), Failure: res.Failure.port(), Pending: res.Pending}
+		Steps: res.Steps, Budget: budgetOf(res.Budget), Failure: res.Failure.port(), Pending: res.Pending, MaxSteps: res.MaxSteps}
 	wf.Spent, _ = decimal.NewFromString(res.Spent)
 	if res.LastStep != 0 {
 		out, err := mustOutput(ctx, e.deps.State, id, res.LastStep)

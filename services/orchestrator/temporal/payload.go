@@ -41,6 +41,9 @@ type twInput struct {
 	// started with (0: a registry without revisions), which its lookup of
 	// the root agent reads.
 	RootRevision uint64 `json:"root_revision,omitempty"`
+	// AskLimits: it waits for a raise at a limit (absent in histories
+	// recorded before it was added).
+	AskLimits bool `json:"ask_limits,omitempty"`
 }
 
 // stepPlan tells the call activity how to build an operator input (an
@@ -177,6 +180,7 @@ type twResult struct {
 	Steps        uint32                   `json:"steps"`
 	Spent        string                   `json:"spent"`
 	Budget       string                   `json:"budget,omitempty"`
+	MaxSteps     uint64                   `json:"max_steps,omitempty"`
 	LastStep     uint64                   `json:"last_step,omitempty"`
 	Failure      *failure                 `json:"failure,omitempty"`
 	StepList     []*twStep                `json:"step_list,omitempty"`

@@ -64,9 +64,10 @@ func (e *Engine) workflow(ctx workflow.Context, in twInput) (*twResult, error) {
 	h := &host{e: e, ctx: ctx, id: workflow.GetInfo(ctx).WorkflowExecution.ID, in: in,
 		agents: map[string]agentInfo{}, sigKey: map[string]uint64{}}
 	h.res = twResult{Status: statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING), RootAgent: in.RootAgent,
-		CurrentAgent: in.RootAgent, Spent: "0", Budget: in.Budget, Outcomes: map[string]effectOutcome{}}
+		CurrentAgent: in.RootAgent, Spent: "0", Budget: in.Budget, MaxSteps: in.MaxSteps, Outcomes: map[string]effectOutcome{}}
 	spec := &orchestrator.Spec{ID: h.id, RootAgent: in.RootAgent, Detached: in.Detached, Input: in.Input, Trace: in.Trace,
-		MaxDepth: in.MaxDepth, MaxSteps: in.MaxSteps, WarnFraction: decimal.RequireFromString(orchestrator.DefaultWarnFraction)}
+		MaxDepth: in.MaxDepth, MaxSteps: in.MaxSteps, WarnFraction: decimal.RequireFromString(orchestrator.DefaultWarnFraction),
+		AskLimits: in.AskLimits}
 	if in.Budget != "" {
 		b, err := decimal.NewFromString(in.Budget)
 		if err != nil {
@@ -140,6 +141,8 @@ type host struct {
 	agents map[string]agentInfo // lookups, failed ones too
 	sigKey map[string]uint64
 	reason string // a CancelWorkflow's reason
+	// raised: UpdateWorkflowLimits changed the budget (the memo shows it).
+	raised bool
 	// stop is set once the workflow was stopped through Temporal.
 	stop *orchestrator.Stop
 	// events is the workflow's event log (see record).
@@ -256,6 +259,9 @@ func (h *host) memo() {
 			m[memoFailReason] = f.Reason
 		}
 	}
+	if h.raised {
+		m[memoBudget] = h.res.Budget
+	}
 	if err := workflow.UpsertMemo(h.ctx, m); err != nil {
 		workflow.GetLogger(h.ctx).Warn("updating the workflow memo", "error", err)
 	}
@@ -295,6 +301,20 @@ func (h *host) Lookup(id string) (orchestrator.AgentInfo, error) {
 func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) {
 	args := callArgs{WorkflowID: h.id, N: c.N, Agent: c.Agent, Plan: planOf(c.Plan), Model: c.Model, Downgraded: c.Downgraded,
 		Parent: c.Parent, Cause: c.Cause, Corr: c.Corr, Depth: c.Depth, Trace: c.Trace, Signals: h.pending(c.N), Revision: c.Info.Revision}
+	sigs := make([]orchestrator.Signal, len(args.Signals))
+	for i, s := range args.Signals {
+		sigs[i] = orchestrator.Signal{Seq: s.Seq, Payload: s.Payload}
+	}
+	lim, err := orchestrator.ApplyLimits(c, sigs)
+	if err != nil {
+		return nil, err
+	}
+	if lim != nil && !lim.Rejected {
+		if c.Budget.Valid {
+			h.res.Budget, h.raised = c.Budget.Decimal.String(), true
+		}
+		h.res.MaxSteps = c.MaxSteps
+	}
 	if c.Remaining.Valid {
 		args.Remaining = c.Remaining.Decimal.String()
 	}
@@ -320,7 +340,9 @@ func (h *host) Call(c *orchestrator.StepCall) (*orchestrator.StepResult, error) 
 	h.res.LastStep = c.N
 	h.res.CurrentAgent = c.Agent
 	h.memo()
-	return res.port(st.Signals), nil
+	out := res.port(st.Signals)
+	out.Limits = lim
+	return out, nil
 }
 
 // call runs the call activity until it returns an output or fails for
@@ -492,8 +514,34 @@ func (h *host) Decide(s orchestrator.BudgetState) (*lifecyclev1.BudgetDecision, 
 // Await implements orchestrator.Host. A suspended workflow waits here,
 // in Temporal, for its next signal.
 func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	return h.await(suspended, ending, orchestrator.Wakes)
+}
+
+// AwaitRaise implements orchestrator.Host: Await, suspended, that any
+// signal ends.
+func (h *host) AwaitRaise(ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	return h.await(true, ending, nil)
+}
+
+// waking says whether a pending signal wakes the workflow (nil wakes: any
+// does).
+func (h *host) waking(wakes func([]byte) bool) bool {
+	if h.res.Pending == 0 || wakes == nil {
+		return h.res.Pending > 0
+	}
+	for _, s := range h.res.Signals {
+		if s.Step == 0 && wakes(s.Payload) {
+			return true
+		}
+	}
+	return false
+}
+
+// await ends the workflow COMPLETED, or suspends it until a signal that
+// wakes it arrives, unless one is pending.
+func (h *host) await(suspended bool, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
 	h.drain()
-	if h.res.Pending > 0 {
+	if h.waking(wakes) {
 		return true, nil
 	}
 	if !suspended {
@@ -505,7 +553,7 @@ func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, 
 	h.res.Status = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED)
 	h.memo()
 	h.Publish(ending)
-	if err := workflow.Await(h.ctx, func() bool { return h.res.Pending > 0 }); err != nil {
+	if err := workflow.Await(h.ctx, func() bool { return h.waking(wakes) }); err != nil {
 		return false, err
 	}
 	h.res.Status = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING)

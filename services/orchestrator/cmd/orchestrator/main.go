@@ -101,6 +101,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return nil
 	})
+	fs.Func("on-limit", "what a workflow does when it reaches its budget or --max-steps: fail (default) or ask (it suspends until UpdateWorkflowLimits raises the limit or refuses)", func(v string) error {
+		switch v {
+		case "fail":
+			cfg.Engine.AskLimits = false
+		case "ask":
+			cfg.Engine.AskLimits = true
+		default:
+			return fmt.Errorf("%q: want fail or ask", v)
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.EventLogPoll, "event-log-poll", serve.DefaultEventLogPoll, "how often a subscriber of a workflow's event log (after_workflow_sequence) looks for events another replica recorded")
 	fs.StringVar(&cfg.Backend, "backend", serve.BackendBolt, "workflow durability: bolt (a journal in --data-dir; one process) or temporal (workflows on a Temporal cluster; any number of orchestrators)")
 	fs.StringVar(&cfg.Temporal.Address, "temporal-address", "", "Temporal frontend host:port for --backend temporal, e.g. 127.0.0.1:7233")
