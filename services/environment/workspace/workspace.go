@@ -149,8 +149,12 @@ func (s *Store) Lock(ctx context.Context, n string) (unlock func(), err error) {
 	s.mu.Unlock()
 	select {
 	case ch <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for workspace %s, in use by another run or write: %w", n, ctx.Err())
+	default:
+		select {
+		case ch <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for workspace %s, in use by another run or write: %w", n, ctx.Err())
+		}
 	}
 	return func() {
 		now := time.Now()
