@@ -27,8 +27,9 @@ type txn interface {
 	// revision returns the current revision of the key at ck.
 	revision(ck []byte) (rev uint64, ok bool, err error)
 	// put stores raw (a marshalled structpb.Value) at ck with revision
-	// rev, full-text indexed unless unindexed.
-	put(ck []byte, rev uint64, raw []byte, unindexed bool) error
+	// rev, full-text indexed unless unindexed, with the embedding vec
+	// (normalized; nil: none).
+	put(ck []byte, rev uint64, raw []byte, unindexed bool, vec []float32) error
 	// del removes ck; seq is the revision number the deletion consumed.
 	del(ck []byte, seq uint64) error
 	// nextRevision takes the next number of the store's counter.
@@ -128,7 +129,7 @@ func apply(tx txn, m *mutation, retention time.Duration) (outcome, error) {
 		if err != nil {
 			return outcome{}, err
 		}
-		if err := tx.put(ck, rev, m.raw, m.guard.Unindexed); err != nil {
+		if err := tx.put(ck, rev, m.raw, m.guard.Unindexed, m.guard.Embedding); err != nil {
 			return outcome{}, err
 		}
 		out = outcome{revision: rev, seq: rev}

@@ -70,6 +70,12 @@ type Guard struct {
 	// index. A later Write without it indexes the key again. A replayed
 	// Write changes nothing, whatever its Unindexed says.
 	Unindexed bool
+	// Embedding (Write only, on a VectorBackend) is the value's
+	// embedding for VectorSearch (WriteRequest.embedding): finite, not all
+	// zero, at most MaxVectorDims; it is stored normalized and replaces
+	// the key's earlier one. Nil: the key has no embedding after the
+	// Write. Ignored with Unindexed.
+	Embedding []float32
 }
 
 // Item is a stored value.

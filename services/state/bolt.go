@@ -440,6 +440,58 @@ func (b *Bolt) Search(ctx context.Context, s *typesv1.Scope, query string, limit
 	return b.index.search(ctx, enc, query, limit)
 }
 
+// VectorSearch implements VectorBackend. Like Search, it first catches
+// the indexes up with every committed change; snippets come from the
+// current values, read in one transaction (a key deleted since is left
+// out).
+func (b *Bolt) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []float32, limit int) ([]SearchHit, error) {
+	enc, err := b.scopeOnly(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	q, err := checkVectorSearch(vec, limit)
+	if err != nil {
+		return nil, err
+	}
+	end, err := b.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if err := b.index.sync(b.committed.Load()); err != nil {
+		b.opts.logger.Error("search index catch-up failed", "err", err)
+		return nil, fmt.Errorf("search index is behind and cannot catch up; try again: %w", errs.Unavailable)
+	}
+	ranked, err := b.index.vectors.search(ctx, string(enc), q, limit)
+	if err != nil || len(ranked) == 0 {
+		return nil, err
+	}
+	hits := make([]SearchHit, 0, len(ranked))
+	err = b.db.View(func(tx *bolt.Tx) error {
+		kv := tx.Bucket(bucketKV)
+		for _, h := range ranked {
+			rec := kv.Get(append(bytes.Clone(enc), h.key...))
+			if rec == nil {
+				continue
+			}
+			_, _, raw, err := decodeRecord(rec)
+			if err != nil {
+				return err
+			}
+			v, err := unmarshalValue(raw)
+			if err != nil {
+				return err
+			}
+			hits = append(hits, SearchHit{Key: h.key, Score: float64(h.score), Snippet: snippet(valueText(v), nil), Revision: h.rev})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return hits, nil
+}
+
 // Close implements Backend. It waits for operations in flight, then
 // brings the index up to date and waits (bounded) until bleve has
 // persisted it.
@@ -477,8 +529,18 @@ func (t boltTxn) revision(ck []byte) (uint64, bool, error) {
 	return rev, err == nil, err
 }
 
-func (t boltTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
+func (t boltTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, vec []float32) error {
 	kv := t.tx.Bucket(bucketKV)
+	vectors := t.tx.Bucket(bucketVectors)
+	if vec != nil && !unindexed {
+		if err := vectors.Put(ck, encodeVector(vec)); err != nil {
+			return err
+		}
+	} else if vectors.Get(ck) != nil {
+		if err := vectors.Delete(ck); err != nil {
+			return err
+		}
+	}
 	var flags byte
 	logIt := true
 	if unindexed {
@@ -495,6 +557,9 @@ func (t boltTxn) del(ck []byte, seq uint64) error {
 	kv := t.tx.Bucket(bucketKV)
 	logIt := isIndexed(kv.Get(ck))
 	if err := kv.Delete(ck); err != nil {
+		return err
+	}
+	if err := t.tx.Bucket(bucketVectors).Delete(ck); err != nil {
 		return err
 	}
 	return t.logChange(seq, ck, logIt)

@@ -15,6 +15,9 @@ import (
 //	changes  seq(8)                           -> scope + key (the change log the
 //	                                             search index catches up from;
 //	                                             only changes the index must see)
+//	vectors  scope.Encode(scope) + key        -> the key's embedding, normalized
+//	                                             (float32s, little-endian); only
+//	                                             for indexed values that have one
 //
 // Integers are big-endian so byte order is numeric order. Encoded scopes
 // are self-delimiting (package scope), so a scope's keys are exactly the
@@ -25,8 +28,9 @@ var (
 	bucketIdem    = []byte("idem")
 	bucketIdemAt  = []byte("idem_at")
 	bucketChanges = []byte("changes")
+	bucketVectors = []byte("vectors")
 
-	allBuckets = [][]byte{bucketMeta, bucketKV, bucketIdem, bucketIdemAt, bucketChanges}
+	allBuckets = [][]byte{bucketMeta, bucketKV, bucketIdem, bucketIdemAt, bucketChanges, bucketVectors}
 )
 
 // Keys of the meta bucket.
@@ -52,7 +56,10 @@ var (
 //	   are still read as they are, so the upgrade only rewrites the
 //	   number (and a build that reads only version 1 refuses the file,
 //	   instead of misreading a flagged record)
-const schemaVersion = 2
+//	3  the vectors bucket (embeddings); the upgrade creates it empty (a
+//	   build that reads only version 2 refuses the file, instead of
+//	   leaving a replaced value's embedding behind)
+const schemaVersion = 3
 
 // minSchemaVersion is the oldest layout this build opens (and upgrades).
 const minSchemaVersion = 1

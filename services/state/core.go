@@ -77,6 +77,13 @@ func (c *core) prepareWrite(ctx context.Context, s *typesv1.Scope, key string, v
 			return nil, fmt.Errorf("value cannot be encoded: %v: %w", err, errs.InvalidArgument)
 		}
 	}
+	if g.Unindexed {
+		g.Embedding = nil
+	} else if g.Embedding != nil {
+		if g.Embedding, err = checkVector(g.Embedding, "embedding"); err != nil {
+			return nil, err
+		}
+	}
 	return &mutation{op: opWrite, scopeEnc: enc, scope: s, key: key, raw: raw, guard: g, now: c.opts.now()}, nil
 }
 

@@ -55,6 +55,11 @@ import (
 //     catches up from the change log (the crash-between-commit-and-index
 //     case: a crash loses at most what the indexer had not persisted,
 //     never a committed write).
+//   - The vector index (vector.go) lives beside the bleve index, in
+//     memory: it is built from the vectors bucket at every open (so after
+//     a crash too), and every catch-up applies the same changed keys to
+//     it (the key's current embedding, or its removal) before the bleve
+//     batch. So vector search sees exactly what keyword search sees.
 //   - If a catch-up fails, the write still succeeds (it is durable); the
 //     next wake of the indexer or Search retries it (a Search that cannot
 //     catch up is UNAVAILABLE, never an answer that misses a write).
@@ -159,6 +164,8 @@ type searchIndex struct {
 
 	mu  sync.Mutex // serialises updates
 	idx bleve.Index
+	// vectors is the vector index, updated with idx.
+	vectors *vectorIndex
 	// indexed: every change up to this sequence is searchable.
 	indexed atomic.Uint64
 	// durable: every change up to this sequence is persisted by bleve.
@@ -179,8 +186,11 @@ type searchIndex struct {
 // openIndex opens the index at path for the bbolt file db, rebuilding or
 // catching it up as needed.
 func openIndex(path string, db *bolt.DB, dbID string, log *slog.Logger) (*searchIndex, error) {
-	s := &searchIndex{path: path, db: db, dbID: dbID, log: log,
+	s := &searchIndex{path: path, db: db, dbID: dbID, log: log, vectors: newVectorIndex(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := s.loadVectors(); err != nil {
+		return nil, fmt.Errorf("load embeddings: %w", err)
+	}
 	idx, seq, reason := s.tryOpen()
 	if idx != nil {
 		s.idx = idx
@@ -422,12 +432,13 @@ func (s *searchIndex) catchUp() (int, error) {
 	from := s.indexed.Load()
 	var last uint64
 	changed := map[string]indexDoc{} // by doc id; nil means deleted
+	var vecs []vecChange
 	err := s.db.View(func(tx *bolt.Tx) error {
 		last = readU64(tx.Bucket(bucketMeta).Get(metaSeq))
 		if last <= from {
 			return nil
 		}
-		kv := tx.Bucket(bucketKV)
+		kv, vectors := tx.Bucket(bucketKV), tx.Bucket(bucketVectors)
 		c := tx.Bucket(bucketChanges).Cursor()
 		for k, ck := c.Seek(u64(from + 1)); k != nil; k, ck = c.Next() {
 			id := docID(ck)
@@ -435,6 +446,11 @@ func (s *searchIndex) catchUp() (int, error) {
 				continue
 			}
 			rec := kv.Get(ck)
+			vc, err := readVecChange(ck, rec, vectors.Get(ck))
+			if err != nil {
+				s.log.Error("stored embedding unreadable; the key is left out of vector search", "err", err)
+			}
+			vecs = append(vecs, vc)
 			if rec == nil {
 				changed[id] = nil
 				continue
@@ -449,6 +465,9 @@ func (s *searchIndex) catchUp() (int, error) {
 	})
 	if err != nil || last <= from {
 		return 0, err
+	}
+	for _, vc := range vecs {
+		s.vectors.set(vc.enc, vc.key, vc.rev, vc.vec)
 	}
 	if len(changed) == 0 {
 		// Only changes the index need not see (unindexed writes over
@@ -552,6 +571,58 @@ func (s *searchIndex) search(ctx context.Context, enc []byte, query string, limi
 		hits = append(hits, SearchHit{Key: string(ck[len(enc):]), Score: h.Score, Snippet: snippet(text, spans), Revision: rev})
 	}
 	return hits, nil
+}
+
+// vecChange is the vector index's update for one changed key.
+type vecChange struct {
+	enc, key string
+	rev      uint64
+	vec      []float32 // nil: remove
+}
+
+// readVecChange reads the embedding of the key at ck: its kv record rec
+// (nil when absent) and stored vector raw (nil when none). An unreadable
+// vector removes the key (with the error, for the log).
+func readVecChange(ck, rec, raw []byte) (vecChange, error) {
+	enc, key, err := splitKey(ck)
+	if err != nil {
+		return vecChange{}, err
+	}
+	vc := vecChange{enc: string(enc), key: key}
+	if rec == nil || raw == nil {
+		return vc, nil
+	}
+	rev, flags, _, err := decodeRecord(rec)
+	if err != nil || flags&recordUnindexed != 0 {
+		return vc, err
+	}
+	vec, err := decodeVector(raw)
+	if err != nil {
+		return vc, fmt.Errorf("key %q: %w", truncate(key), err)
+	}
+	vc.rev, vc.vec = rev, vec
+	return vc, nil
+}
+
+// loadVectors builds the vector index from the vectors bucket.
+func (s *searchIndex) loadVectors() error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		kv := tx.Bucket(bucketKV)
+		return tx.Bucket(bucketVectors).ForEach(func(ck, raw []byte) error {
+			vc, err := readVecChange(ck, kv.Get(ck), raw)
+			if err != nil {
+				s.log.Error("stored embedding unreadable; the key is left out of vector search", "err", err)
+			}
+			if vc.vec != nil {
+				s.vectors.set(vc.enc, vc.key, vc.rev, vc.vec)
+			}
+			return nil
+		})
+	})
+	if n := s.vectors.size(); n > 0 {
+		s.log.Info("vector index loaded from the database", "path", s.path, "vectors", n)
+	}
+	return err
 }
 
 // closeFlushTimeout bounds how long close waits for bleve to persist.

@@ -40,6 +40,7 @@ type Memory struct {
 
 type memDoc struct {
 	rev        uint64
+	vec        []float32 // normalized embedding; nil: none
 	raw        []byte
 	unindexed  bool // then text and the tokens are empty
 	text       string
@@ -256,6 +257,40 @@ func (m *Memory) Search(ctx context.Context, s *typesv1.Scope, query string, lim
 	return hits, nil
 }
 
+// VectorSearch implements VectorBackend, by comparing the query with
+// every embedding of the scope.
+func (m *Memory) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []float32, limit int) ([]SearchHit, error) {
+	enc, err := m.scopeOnly(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	q, err := checkVectorSearch(vec, limit)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	var entries []vecEntry
+	i, _ := slices.BinarySearch(m.keys, string(enc))
+	for ; i < len(m.keys) && strings.HasPrefix(m.keys[i], string(enc)); i++ {
+		if d := m.docs[m.keys[i]]; d.vec != nil && !d.unindexed {
+			entries = append(entries, vecEntry{key: m.keys[i][len(enc):], rev: d.rev, vec: d.vec})
+		}
+	}
+	ranked, err := rankVectors(ctx, entries, q, limit)
+	if err != nil {
+		return nil, err
+	}
+	hits := make([]SearchHit, len(ranked))
+	for i, h := range ranked {
+		hits[i] = SearchHit{Key: h.key, Score: float64(h.score), Snippet: snippet(m.docs[string(enc)+h.key].text, nil), Revision: h.rev}
+	}
+	return hits, nil
+}
+
 // bm25 scores each doc's field (given by field) against terms.
 func bm25(docs []string, terms map[string]bool, field func(string) []token) map[string]float64 {
 	if len(docs) == 0 || len(terms) == 0 {
@@ -312,8 +347,8 @@ func (t memTxn) revision(ck []byte) (uint64, bool, error) {
 	return d.rev, true, nil
 }
 
-func (t memTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
-	d := &memDoc{rev: rev, raw: bytes.Clone(raw), unindexed: unindexed}
+func (t memTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, vec []float32) error {
+	d := &memDoc{rev: rev, raw: bytes.Clone(raw), unindexed: unindexed, vec: vec}
 	if !unindexed {
 		v, err := unmarshalValue(raw)
 		if err != nil {

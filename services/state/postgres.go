@@ -151,6 +151,9 @@ func (p *Postgres) Write(ctx context.Context, s *typesv1.Scope, key string, v *s
 	if err != nil {
 		return WriteResult{}, err
 	}
+	if mu.guard.Embedding != nil {
+		return WriteResult{}, fmt.Errorf("the postgres backend does not store embeddings yet (vector search needs --backend bolt): %w", errs.Unimplemented)
+	}
 	body := ""
 	if !g.Unindexed {
 		body = pgText(valueText(v))
@@ -548,7 +551,7 @@ func (t *pgTxn) revision(ck []byte) (uint64, bool, error) {
 	return uint64(rev), true, nil
 }
 
-func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool) error {
+func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, _ []float32) error {
 	enc, key, err := splitKey(ck)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/middleware/store"
 )
@@ -106,6 +107,17 @@ type Config struct {
 	// remembered (--idempotency-retention). Default
 	// DefaultIdempotencyRetention.
 	IdempotencyRetention time.Duration
+
+	// EmbedderConfig selects the embedder of vector and hybrid search
+	// (--embedder and the --embedder-* flags); Provider empty: none.
+	EmbedderConfig embed.Config
+	// Embedder, when set, is used instead of one built from
+	// EmbedderConfig (an embedder's own, tests).
+	Embedder embed.Embedder
+	// NoEmbedWrites stops the embedder from embedding every indexed
+	// Write that neither carries an embedding nor says embed NEVER
+	// (--embed-writes=false); Writes with embed ALWAYS still are.
+	NoEmbedWrites bool
 }
 
 // Run serves state until ctx ends, then stops gracefully (health turns
@@ -173,6 +185,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	embedder := cfg.Embedder
+	if embedder == nil {
+		if embedder, err = embed.New(cfg.EmbedderConfig); err != nil {
+			return err
+		}
+	}
 	backend := cfg.Store
 	if backend == nil {
 		backend, err = cfg.open(ctx, log)
@@ -182,7 +200,16 @@ func Run(ctx context.Context, cfg Config) error {
 		defer backend.Close()
 	}
 
-	handler := NewServer(backend)
+	handler := NewServer(backend, WithEmbedder(embedder, !cfg.NoEmbedWrites), WithServerLogger(log))
+	_, vectors := backend.(VectorBackend)
+	switch {
+	case embedder != nil && vectors:
+		log.Info("vector search", "embedder", embedder.Name(), "embed_writes", !cfg.NoEmbedWrites, "index", "exact, in memory")
+	case embedder != nil:
+		log.Warn("an embedder is configured but this backend has no vector index; vector and hybrid search answer UNIMPLEMENTED", "embedder", embedder.Name())
+	case vectors:
+		log.Info("vector search without an embedder: only writes and searches that carry embeddings; set --embedder to embed text")
+	}
 	// A store middleware sees the values read on Read only (store.CallOf):
 	// List then returns no values, and callers read each key.
 	handler.valuesByRead = cfg.Middleware != nil

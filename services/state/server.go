@@ -2,8 +2,10 @@ package state
 
 import (
 	"context"
+	"log/slog"
 
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/embed"
 )
 
 // Request defaults.
@@ -25,11 +27,20 @@ type Server struct {
 	// valuesByRead makes List ignore include_values: set when a store
 	// middleware must see each value read, which it does on Read only.
 	valuesByRead bool
+	// embedder embeds values and queries (WithEmbedder); nil: none.
+	embedder    embed.Embedder
+	embedWrites bool
+	log         *slog.Logger
 }
 
-// NewServer returns a Server that stores in b.
-func NewServer(b Backend) *Server {
-	return &Server{b: b}
+// NewServer returns a Server that stores in b. Vector and hybrid Search,
+// and Writes with embeddings, need b to be a VectorBackend.
+func NewServer(b Backend, opts ...ServerOption) *Server {
+	s := &Server{b: b}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Read implements StateService.Read.
@@ -43,10 +54,15 @@ func (s *Server) Read(ctx context.Context, req *statev1.ReadRequest) (*statev1.R
 
 // Write implements StateService.Write.
 func (s *Server) Write(ctx context.Context, req *statev1.WriteRequest) (*statev1.WriteResponse, error) {
+	vec, err := s.writeEmbedding(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.b.Write(ctx, req.GetScope(), req.GetKey(), req.GetValue(), Guard{
 		ExpectedRevision: writeExpected(req),
 		IdempotencyKey:   req.GetIdempotencyKey(),
 		Unindexed:        req.GetUnindexed(),
+		Embedding:        vec,
 	})
 	if err != nil {
 		return nil, err
@@ -95,7 +111,7 @@ func (s *Server) Search(ctx context.Context, req *statev1.SearchRequest) (*state
 	if limit == 0 {
 		limit = DefaultSearchLimit
 	}
-	hits, err := s.b.Search(ctx, req.GetScope(), req.GetQuery(), limit)
+	hits, err := s.search(ctx, req, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/secbear/neuron/internal/harness"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
+	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/interceptor/auth"
@@ -108,8 +109,8 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	devAddr := serve(t, grpcserver.Config{Name: "state", Dev: true}, store)
-	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true, AuthPolicy: policyFile}, store)
+	devAddr := serve(t, grpcserver.Config{Name: "state", Dev: true}, store, embed.Test{})
+	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true, AuthPolicy: policyFile}, store, nil)
 
 	target := conformance.Target{
 		Conn:          dial(t, grpcclient.Config{Target: devAddr, Dev: true}),
@@ -117,6 +118,7 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 		Anonymous:     dial(t, grpcclient.Config{Target: authAddr, Plaintext: true}),
 		MaxKeyBytes:   inProcessLimits.MaxKeyBytes,
 		MaxValueBytes: inProcessLimits.MaxValueBytes,
+		Embedder:      conformance.EmbedderTest,
 	}
 	waitServing(t, target.Conn.(*grpc.ClientConn))
 	waitServing(t, target.Anonymous.(*grpc.ClientConn)) // health needs no credential
@@ -124,11 +126,12 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 }
 
 // serve runs the state service over backend as its binary starts it
-// (state.Run: the standard chain, the audit log) until the test ends.
-func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend) string {
+// (state.Run: the standard chain, the audit log), with embedder (nil:
+// none), until the test ends.
+func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend, embedder embed.Embedder) string {
 	t.Helper()
 	return harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
-		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend})
+		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend, Embedder: embedder})
 	})
 }
 

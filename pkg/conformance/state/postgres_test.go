@@ -32,7 +32,7 @@ func TestPostgresConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = store.Close() }) // after the server stopped
-		addrs = append(addrs, serve(t, grpcserver.Config{Name: "state", Dev: true}, store))
+		addrs = append(addrs, serve(t, grpcserver.Config{Name: "state", Dev: true}, store, nil))
 	}
 	conns := make([]*grpc.ClientConn, len(addrs))
 	for i, a := range addrs {

@@ -59,6 +59,9 @@ type Target struct {
 	// MaxKeyBytes and MaxValueBytes are the limits the server was
 	// started with; zero means DefaultMaxKeyBytes / DefaultMaxValueBytes.
 	MaxKeyBytes, MaxValueBytes int
+	// Embedder is the server's embedder: EmbedderNone, EmbedderTest or
+	// EmbedderOther (the Vector group's Embedder check).
+	Embedder string
 }
 
 // suite is the state shared by the checks of one Run.
@@ -73,6 +76,8 @@ type suite struct {
 	// can run against a server that already holds data (even its own).
 	ns  string
 	seq atomic.Int64
+	// embedder is Target.Embedder.
+	embedder string
 }
 
 // group is one area of the contract.
@@ -95,6 +100,7 @@ func Run(t *testing.T, target Target) {
 		maxKey:   target.MaxKeyBytes,
 		maxValue: target.MaxValueBytes,
 		ns:       "conf" + randomHex(6),
+		embedder: target.Embedder,
 	}
 	if target.ReadOnly != nil {
 		s.ro = statev1.NewStateServiceClient(target.ReadOnly)
@@ -120,6 +126,7 @@ func Run(t *testing.T, target Target) {
 		{"List", testList},
 		{"ListValues", testListValues},
 		{"Search", testSearch},
+		{"Vector", testVector},
 		{"Limits", testLimits},
 		{"InvalidArgument", testInvalidArgument},
 		{"Access", testAccess},

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/flagenv"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/logging"
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", state.DefaultLimits().MaxValueBytes, "largest value accepted, in bytes of its JSON encoding")
 	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", state.DefaultLockTimeout, "how long to wait for another process to release state.db")
 	fs.DurationVar(&cfg.IdempotencyRetention, "idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
+	cfg.EmbedderConfig.BindFlags(fs)
+	embedWrites := fs.Bool("embed-writes", true, "with --embedder: embed every indexed write that carries no embedding (false: only writes that ask, embed ALWAYS)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "state: the layer0 StateService on bbolt")
@@ -64,6 +67,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	cfg.Log = log
+	cfg.NoEmbedWrites = !*embedWrites
+	if cfg.EmbedderConfig.Provider == embed.ProviderTest {
+		log.Warn("TEST EMBEDDER: a fixed word table, not a model; for tests only")
+	}
 	// The policy middleware, when configured: unreachable and fail-closed,
 	// start-up fails rather than serve without the policy. It is dialled
 	// here and closed after state.Run returns (Config.Middleware takes it

@@ -1,0 +1,297 @@
+package state
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
+	"github.com/secbear/neuron/pkg/embed"
+	"github.com/secbear/neuron/pkg/errs"
+)
+
+// Vector search. A Write may carry an embedding (Guard.Embedding, from
+// WriteRequest.embedding or computed by the Server's embedder); it is
+// stored normalized with the value, and VectorSearch ranks a scope's keys
+// by cosine similarity (the dot product of normalized vectors) to a
+// query vector. The search is exact: every vector of the scope with the
+// query's dimensions is compared (split over the cores for large
+// scopes). No approximate (ANN) index is used: no well-kept pure-Go one
+// fits (README, "Vector search"), and exact search over one scope stays
+// fast at the sizes agents' memories reach; see BenchmarkVectorSearch.
+
+// MaxVectorDims is the most dimensions of an embedding (the proto's
+// max_items).
+const MaxVectorDims = embed.MaxDimensions
+
+// VectorBackend is a Backend with vector search. The Server serves
+// vector and hybrid Search, and embedded Writes, only on such a backend;
+// on another it answers UNIMPLEMENTED.
+type VectorBackend interface {
+	Backend
+	// VectorSearch returns up to limit (1..MaxSearchLimit) keys of the
+	// scope that have an embedding of len(vec) dimensions, ranked by
+	// cosine similarity to vec, best first, each with a snippet of the
+	// start of its value's text. It sees every Write and Delete
+	// acknowledged before it started. FailedPrecondition when the scope
+	// has embeddings but none of len(vec) dimensions.
+	VectorSearch(ctx context.Context, s *typesv1.Scope, vec []float32, limit int) ([]SearchHit, error)
+}
+
+// checkVector validates an embedding and returns a normalized copy.
+func checkVector(v []float32, what string) ([]float32, error) {
+	if len(v) > MaxVectorDims {
+		return nil, fmt.Errorf("%s has %d dimensions; the limit is %d: %w", what, len(v), MaxVectorDims, errs.InvalidArgument)
+	}
+	var sum float64
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil, fmt.Errorf("%s value %d is not a finite number: %w", what, i, errs.InvalidArgument)
+		}
+		sum += float64(x) * float64(x)
+	}
+	if sum == 0 {
+		return nil, fmt.Errorf("%s is all zeros, which has no direction to compare: %w", what, errs.InvalidArgument)
+	}
+	return embed.Normalize(slices.Clone(v)), nil
+}
+
+// encodeVector is the stored form of a vector: float32s, little-endian.
+func encodeVector(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// decodeVector reads encodeVector's output.
+func decodeVector(b []byte) ([]float32, error) {
+	if len(b)%4 != 0 || len(b) == 0 || len(b) > 4*MaxVectorDims {
+		return nil, fmt.Errorf("stored embedding of %d bytes", len(b))
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, nil
+}
+
+// vectorIndex holds the embeddings of every indexed key, by scope, in
+// memory. The bbolt backend rebuilds it from the file at every open and
+// keeps it in step with the change log, beside the bleve index
+// (index.go); the memory backend keeps it with its documents.
+type vectorIndex struct {
+	mu     sync.RWMutex
+	scopes map[string]*vecScope // by encoded scope
+	count  int
+}
+
+type vecScope struct {
+	entries []vecEntry
+	pos     map[string]int // key -> index in entries
+}
+
+type vecEntry struct {
+	key string
+	rev uint64
+	vec []float32 // normalized
+}
+
+func newVectorIndex() *vectorIndex { return &vectorIndex{scopes: map[string]*vecScope{}} }
+
+// set stores key's vector (normalized), or removes the key when vec is
+// nil.
+func (x *vectorIndex) set(enc, key string, rev uint64, vec []float32) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	sc := x.scopes[enc]
+	if vec == nil {
+		if sc == nil {
+			return
+		}
+		i, ok := sc.pos[key]
+		if !ok {
+			return
+		}
+		last := len(sc.entries) - 1
+		if i != last {
+			sc.entries[i] = sc.entries[last]
+			sc.pos[sc.entries[i].key] = i
+		}
+		sc.entries[last] = vecEntry{}
+		sc.entries = sc.entries[:last]
+		delete(sc.pos, key)
+		x.count--
+		if len(sc.entries) == 0 {
+			delete(x.scopes, enc)
+		}
+		return
+	}
+	if sc == nil {
+		sc = &vecScope{pos: map[string]int{}}
+		x.scopes[enc] = sc
+	}
+	if i, ok := sc.pos[key]; ok {
+		sc.entries[i] = vecEntry{key: key, rev: rev, vec: vec}
+		return
+	}
+	sc.pos[key] = len(sc.entries)
+	sc.entries = append(sc.entries, vecEntry{key: key, rev: rev, vec: vec})
+	x.count++
+}
+
+// size is the number of vectors held.
+func (x *vectorIndex) size() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.count
+}
+
+// vecHit is one result of vectorIndex.search.
+type vecHit struct {
+	key   string
+	rev   uint64
+	score float32
+}
+
+// parallelVectors is the scope size from which search splits the scan
+// over the cores.
+const parallelVectors = 8192
+
+// search returns the limit keys of the scope enc most similar to q
+// (normalized), best first, ties by key.
+func (x *vectorIndex) search(ctx context.Context, enc string, q []float32, limit int) ([]vecHit, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	sc := x.scopes[enc]
+	if sc == nil {
+		return nil, nil
+	}
+	return rankVectors(ctx, sc.entries, q, limit)
+}
+
+// rankVectors returns the limit entries most similar to q (normalized),
+// best first, ties by key; FailedPrecondition when entries is not empty
+// but none has len(q) dimensions.
+func rankVectors(ctx context.Context, entries []vecEntry, q []float32, limit int) ([]vecHit, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	parts := 1
+	if len(entries) >= parallelVectors {
+		parts = min(runtime.GOMAXPROCS(0), len(entries)/(parallelVectors/2))
+	}
+	tops := make([]topK, parts)
+	matched := make([]bool, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*len(entries)/parts, (p+1)*len(entries)/parts
+		scan := func() {
+			t := topK{limit: limit}
+			for i := lo; i < hi; i++ {
+				e := &entries[i]
+				if len(e.vec) != len(q) {
+					continue
+				}
+				matched[p] = true
+				t.offer(i, embed.Dot(q, e.vec), entries)
+			}
+			tops[p] = t
+		}
+		if parts == 1 {
+			scan()
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); scan() }()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(matched, true) {
+		return nil, fmt.Errorf("the query embedding has %d dimensions; this scope's embeddings have %d (embed the query with the model that embedded the values): %w",
+			len(q), len(entries[0].vec), errs.FailedPrecondition)
+	}
+	var all []vecHit
+	for _, t := range tops {
+		for _, c := range t.items {
+			e := entries[c.i]
+			all = append(all, vecHit{key: e.key, rev: e.rev, score: c.score})
+		}
+	}
+	slices.SortFunc(all, func(a, b vecHit) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	return all, nil
+}
+
+// topK keeps the limit best candidates in a min-heap (worst on top).
+type topK struct {
+	limit   int
+	items   []cand
+	entries []vecEntry
+}
+
+type cand struct {
+	i     int
+	score float32
+}
+
+func (t *topK) offer(i int, score float32, entries []vecEntry) {
+	t.entries = entries
+	if len(t.items) < t.limit {
+		heap.Push(t, cand{i, score})
+		return
+	}
+	if t.less(cand{i, score}, t.items[0]) {
+		return
+	}
+	t.items[0] = cand{i, score}
+	heap.Fix(t, 0)
+}
+
+// less: a ranks below b (lower score, or equal score and a later key).
+func (t *topK) less(a, b cand) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return t.entries[a.i].key > t.entries[b.i].key
+}
+
+func (t *topK) Len() int           { return len(t.items) }
+func (t *topK) Less(i, j int) bool { return t.less(t.items[i], t.items[j]) }
+func (t *topK) Swap(i, j int)      { t.items[i], t.items[j] = t.items[j], t.items[i] }
+func (t *topK) Push(v any)         { t.items = append(t.items, v.(cand)) }
+func (t *topK) Pop() any {
+	n := len(t.items) - 1
+	v := t.items[n]
+	t.items = t.items[:n]
+	return v
+}
+
+// checkVectorSearch validates the arguments of VectorSearch and returns
+// the normalized query vector.
+func checkVectorSearch(vec []float32, limit int) ([]float32, error) {
+	if len(vec) == 0 {
+		return nil, fmt.Errorf("the query embedding is empty: %w", errs.InvalidArgument)
+	}
+	if limit < 1 || limit > MaxSearchLimit {
+		return nil, fmt.Errorf("limit is %d; it must be between 1 and %d: %w", limit, MaxSearchLimit, errs.InvalidArgument)
+	}
+	return checkVector(vec, "query embedding")
+}
