@@ -705,6 +705,13 @@ type OperatorConfig struct {
 	// with Resume.tool_decisions. Calls of the same turn that do not wait
 	// run after the decisions, in the model's order.
 	ToolApprovals map[string]ToolApproval `protobuf:"bytes,13,rep,name=tool_approvals,json=toolApprovals,proto3" json:"tool_approvals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=layer0.operator.v1.ToolApproval"`
+	// The State scopes the memory tools (search_memory, read_memory) may
+	// read, by name: "session", "workflow", "agent" (this invocation's own,
+	// resolved from its session and dispatch), "global", or "custom:NAME"
+	// (the custom scope NAME). Empty: the invocation's own scopes (session,
+	// workflow and agent), as the environment's state bridge allows. The
+	// tools never write; writes stay effects (write_memory).
+	MemoryScopes  []string `protobuf:"bytes,14,rep,name=memory_scopes,json=memoryScopes,proto3" json:"memory_scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -830,6 +837,13 @@ func (x *OperatorConfig) GetToolApprovals() map[string]ToolApproval {
 	return nil
 }
 
+func (x *OperatorConfig) GetMemoryScopes() []string {
+	if x != nil {
+		return x.MemoryScopes
+	}
+	return nil
+}
+
 var File_layer0_operator_v1_input_proto protoreflect.FileDescriptor
 
 const file_layer0_operator_v1_input_proto_rawDesc = "" +
@@ -875,7 +889,7 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	"\x14input.custom_trigger\x12>custom_trigger is required when trigger is TRIGGER_TYPE_CUSTOM\x1a.this.trigger != 6 || this.custom_trigger != ''B\r\n" +
 	"\v_session_id\"$\n" +
 	"\fAllowedTools\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"\x93\t\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\xcb\t\n" +
 	"\x0eOperatorConfig\x12)\n" +
 	"\tmax_turns\x18\x01 \x01(\rB\a\xbaH\x04*\x02(\x01H\x00R\bmaxTurns\x88\x01\x01\x121\n" +
 	"\bmax_cost\x18\x02 \x01(\v2\x16.layer0.types.v1.MoneyR\amaxCost\x12F\n" +
@@ -891,7 +905,8 @@ const file_layer0_operator_v1_input_proto_rawDesc = "" +
 	" \x01(\v2#.layer0.operator.v1.ModelParametersR\x0fmodelParameters\x12,\n" +
 	"\x0fsession_history\x18\v \x01(\bH\x05R\x0esessionHistory\x88\x01\x01\x12X\n" +
 	"\x10context_strategy\x18\f \x01(\x0e2#.layer0.operator.v1.ContextStrategyB\b\xbaH\x05\x82\x01\x02\x10\x01R\x0fcontextStrategy\x12w\n" +
-	"\x0etool_approvals\x18\r \x03(\v25.layer0.operator.v1.OperatorConfig.ToolApprovalsEntryB\x19\xbaH\x16\x9a\x01\x13\x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x05\x82\x01\x02\x10\x01R\rtoolApprovals\x1ab\n" +
+	"\x0etool_approvals\x18\r \x03(\v25.layer0.operator.v1.OperatorConfig.ToolApprovalsEntryB\x19\xbaH\x16\x9a\x01\x13\x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x05\x82\x01\x02\x10\x01R\rtoolApprovals\x126\n" +
+	"\rmemory_scopes\x18\x0e \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\ar\x05\x10\x01\x18\xac\x02R\fmemoryScopes\x1ab\n" +
 	"\x12ToolApprovalsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\x0e2 .layer0.operator.v1.ToolApprovalR\x05value:\x028\x01:q\xbaHn\x1al\n" +
