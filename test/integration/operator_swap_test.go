@@ -241,3 +241,55 @@ func TestMixedOperatorWorkflow(t *testing.T) {
 		t.Errorf("the model server got %d requests (%d without the write_memory tool; problems %v), want 2 (the tool call, then the answer)", model.calls, model.noTool, model.problems)
 	}
 }
+
+// environmentService is the EnvironmentService's name in
+// grpc.health.v1.
+const environmentService = "layer0.environment.v1.EnvironmentService"
+
+// TestSwapEnvironmentToLocal runs the real binaries with agentID routed
+// to an environment service: first on the process backend (each
+// invocation a sandboxed one-shot operator process), then, while the
+// State service, the operator and the orchestrator keep running, the
+// environment service is stopped and the same binary takes its address
+// with the local backend, which only forwards each Run to the running
+// operator service. The memory-writing workflow passes before and after.
+func TestSwapEnvironmentToLocal(t *testing.T) {
+	bins := binaries(t)
+	dir := t.TempDir()
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}
+	st := startProc(t, "state", []string{bins["state"], "--dev", "--addr", "127.0.0.1:0", "--backend", "memory"}, env)
+	op := startProc(t, "operator", []string{bins["operator"], "--dev", "--addr", "127.0.0.1:0", "--model", "scripted",
+		"--tools", "read", "--workspace", filepath.Join(dir, "workspace"), "--state-addr", st.addr}, env)
+	process := startProc(t, "environment (process)", []string{bins["environment"], "--dev", "--addr", "127.0.0.1:0",
+		"--data-dir", filepath.Join(dir, "environment"), "--operator-binary", bins["operator"], "--operator-args", "--tools read"}, env)
+	envAddr := process.addr
+	agents := filepath.Join(dir, "agents.yaml")
+	reg := fmt.Appendf(nil, "agents:\n  - id: %s\n    environment: %q\n    max_turns: 4\n", agentID, envAddr)
+	if err := os.WriteFile(agents, reg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orch := startProc(t, "orchestrator", []string{bins["orchestrator"], "--dev", "--addr", "127.0.0.1:0",
+		"--agents", agents, "--state-addr", st.addr, "--data-dir", filepath.Join(dir, "orchestrator")}, env)
+	oc := orchestratorv1.NewOrchestratorServiceClient(dial(t, orch.addr))
+	sc := statev1.NewStateServiceClient(dial(t, st.addr))
+
+	sandboxed := newMemoryWorkflow(t, "process-backend")
+	sandboxed.run(t, oc, sc)
+	t.Logf("workflow %s ran through the environment service's process backend at %s", sandboxed.id, envAddr)
+
+	process.stopClean(t)
+	local := startProc(t, "environment (local)", []string{bins["environment"], "--dev", "--addr", envAddr,
+		"--backend", "local", "--operator-addr", op.addr}, env)
+	if local.addr != envAddr {
+		t.Fatalf("the local environment serves at %s, want the old address %s", local.addr, envAddr)
+	}
+	for _, p := range []*proc{st, op, orch} {
+		if s := p.state(); s != "running" {
+			t.Fatalf("%s stopped while the environment service was swapped: %s", p.name, s)
+		}
+	}
+	waitHealthy(t, dial(t, envAddr), environmentService)
+	forwarded := newMemoryWorkflow(t, "local-backend")
+	forwarded.run(t, oc, sc)
+	t.Logf("after the swap, workflow %s ran through the local backend forwarding to the operator at %s", forwarded.id, op.addr)
+}
