@@ -87,6 +87,8 @@ type envOptions struct {
 	binary string
 	// progress is Config.Progress (zero: the defaults).
 	progress environment.ProgressLimits
+	// workspaceMax is Config.WorkspaceMaxBytes (0: the default).
+	workspaceMax int64
 }
 
 // startEnv serves an environment service with the process backend on a
@@ -129,6 +131,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		EgressAllowPrivate: o.egressAllowPrivate,
 		EgressCAFile:       o.egressCAFile,
 		EgressResolver:     o.egressResolver,
+		WorkspaceMaxBytes:  o.workspaceMax,
 	}
 	if o.state != "" {
 		cfg.State = grpcclient.Config{Target: o.state, Dev: true}
