@@ -60,6 +60,7 @@ Usage:
   neuron approve WORKFLOW [--call ID]... [--reject] [--reason R] [--edit JSON]
   neuron state get|put|delete|list|search  read and write the State service
   neuron events [flags]                   tail lifecycle events (budget, compaction, observability)
+  neuron files ls|get|put|rm --workflow ID  the files of a workspace that lasts (environment service)
   neuron help [COMMAND]
 
 Run 'neuron COMMAND --help' for a command's flags. Client commands talk to
@@ -104,6 +105,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		err = c.cmdState(ctx, rest)
 	case "events":
 		err = c.cmdEvents(ctx, rest)
+	case "files":
+		err = c.cmdFiles(ctx, rest)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" {
 			return c.main(ctx, []string{rest[0], "--help"})
