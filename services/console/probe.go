@@ -101,13 +101,11 @@ const probeTimeout = 10 * time.Second
 // probeResult is what the probes of one token found.
 type probeResult struct {
 	can map[string]bool
-	// known: at least one service knew the token (answered anything but
+	// known: at least one service took the token (answered anything but
 	// UNAUTHENTICATED or UNAVAILABLE).
 	known bool
 	// unauthenticated: at least one service said it does not know it.
 	unauthenticated bool
-	// unreachable: no service answered.
-	unreachable bool
 }
 
 // probeAll runs every probe with opts, concurrently.
@@ -117,7 +115,7 @@ func (s *Server) probeAll(ctx context.Context, opts []grpc.CallOption) probeResu
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		res = probeResult{can: map[string]bool{}, unreachable: true}
+		res = probeResult{can: map[string]bool{}}
 	)
 	for name, p := range probes {
 		wg.Add(1)
@@ -129,17 +127,14 @@ func (s *Server) probeAll(ctx context.Context, opts []grpc.CallOption) probeResu
 			switch code {
 			case codes.Unauthenticated:
 				res.unauthenticated = true
-				res.unreachable = false
 				res.can[name] = false
 			case codes.PermissionDenied:
 				res.known = true
-				res.unreachable = false
 				res.can[name] = false
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				// Not known; the pages show it and the call says why.
 			default:
 				res.known = true
-				res.unreachable = false
 				res.can[name] = true
 			}
 		}()

@@ -261,13 +261,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	probe := &session{token: token}
 	res := s.probeAll(r.Context(), s.callOpts(probe))
 	switch {
-	case res.known:
-	case res.unreachable:
-		fail("unavailable")
-		return
-	default:
-		s.log.Warn("login refused: no service knows the token", "remote", r.RemoteAddr)
+	case res.unauthenticated:
+		// A service that does not authenticate (dev) accepts any token:
+		// one that does and refuses it decides.
+		s.log.Warn("login refused: a service does not know the token", "remote", r.RemoteAddr)
 		fail("token")
+		return
+	case !res.known:
+		fail("unavailable")
 		return
 	}
 	sess := s.sessions.create(token, res.can)
