@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -73,6 +74,8 @@ type run struct {
 	failures  int // consecutive failed tool calls
 	nextEffID int
 	emitMu    sync.Mutex // parallel tool calls emit concurrently
+	// tracer starts the invocation's spans (tracing.go).
+	tracer trace.Tracer
 }
 
 // counters are the loop's running totals.
@@ -306,7 +309,9 @@ func (r *run) callModel(ctx context.Context) (*provider.Response, error) {
 			}})
 		}
 	}
-	resp, err := r.provider.Complete(ctx, req)
+	cctx, traced := r.traceChat(ctx, req)
+	resp, err := r.provider.Complete(cctx, req)
+	traced(resp, err)
 	if err != nil {
 		return nil, r.modelErr(ctx, err)
 	}

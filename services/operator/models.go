@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/secbear/neuron/services/operator/catalog"
 	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -181,6 +183,10 @@ func catalogRouter(cfg Config, cat *catalog.Catalog, log *slog.Logger) (provider
 		}
 		client = c
 		log.Info("model traffic through the egress proxy", "proxy", m.EgressProxy)
+	}
+	if cfg.Server.Telemetry || cfg.Server.OTel.Enabled() {
+		// A client span per provider request, the trace context carried.
+		client = &http.Client{Transport: otelhttp.NewTransport(client.Transport), CheckRedirect: client.CheckRedirect, Jar: client.Jar, Timeout: client.Timeout}
 	}
 	policy := reliable.DefaultPolicy()
 	policy.MaxAttempts = max(m.Retries, 0) + 1

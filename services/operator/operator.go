@@ -229,7 +229,10 @@ func (o *Operator) execute(ctx context.Context, in *operatorv1.OperatorInput, ev
 	if prov.Name() == provider.ScriptedName {
 		r.log.Warn("SCRIPTED MODEL: replies come from a script, not from a language model")
 	}
-	return r.execute(ctx)
+	ctx, traced := r.traceInvocation(ctx)
+	out, err := r.execute(ctx)
+	traced(out, err)
+	return out, err
 }
 
 // strategy is the context strategy of an invocation that asked for cs:
