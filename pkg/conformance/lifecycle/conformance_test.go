@@ -1,0 +1,75 @@
+package lifecycle_test
+
+import (
+	"context"
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
+	"github.com/secbear/neuron/internal/harness"
+	conformance "github.com/secbear/neuron/pkg/conformance/lifecycle"
+	"github.com/secbear/neuron/pkg/grpcclient"
+	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/lifecycle"
+	orchserve "github.com/secbear/neuron/services/orchestrator/serve"
+	"github.com/secbear/neuron/services/state"
+)
+
+var (
+	addr       = flag.String("addr", "", "LifecycleService to check (host:port); empty: the reference implementations in process")
+	tokenFile  = flag.String("token-file", "", "file holding a bearer token allowed Subscribe and Publish")
+	useTLS     = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
+	caFile     = flag.String("ca", "", "CA bundle that signed the server's certificate")
+	serverName = flag.String("server-name", "", "server name to verify in the server's certificate")
+)
+
+// TestConformance runs the suite against -addr, or in process against
+// pkg/lifecycle's server over a bus of the default size and against the
+// orchestrator's LifecycleService.
+func TestConformance(t *testing.T) {
+	if *addr != "" {
+		secure := *useTLS || *caFile != ""
+		conn, err := grpcclient.Dial(grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		conformance.Run(t, conformance.Target{Conn: conn})
+		return
+	}
+	t.Run("Bus", func(t *testing.T) {
+		a := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+			gs, err := grpcserver.New(grpcserver.Config{Name: "lifecycle", Dev: true, ShutdownTimeout: 2 * time.Second}, harness.Quiet())
+			if err != nil {
+				return err
+			}
+			lifecyclev1.RegisterLifecycleServiceServer(gs, lifecycle.NewServer(lifecycle.NewBus(lifecycle.Options{}), lifecycle.WithShutdown(ctx)))
+			return gs.Serve(ctx, lis)
+		})
+		conformance.Run(t, conformance.Target{Conn: harness.Dial(t, a)})
+	})
+	t.Run("Orchestrator", func(t *testing.T) {
+		stateAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+			return state.Run(ctx, state.Config{Server: grpcserver.Config{Dev: true, ShutdownTimeout: 2 * time.Second},
+				Log: harness.Quiet(), Listener: lis, Backend: state.BackendMemory})
+		})
+		dir := t.TempDir()
+		registry := filepath.Join(dir, "agents.yaml")
+		if err := os.WriteFile(registry, []byte("agents: [{id: seeded, operator: 127.0.0.1:1}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		orchAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+			return orchserve.Run(ctx, orchserve.Config{
+				Server: grpcserver.Config{Name: "orchestrator", Dev: true, ShutdownTimeout: 2 * time.Second},
+				Log:    harness.Quiet(), Listener: lis, Agents: registry,
+				State:   grpcclient.Config{Target: stateAddr},
+				DataDir: filepath.Join(dir, "journal"),
+			})
+		})
+		conformance.Run(t, conformance.Target{Conn: harness.Dial(t, orchAddr)})
+	})
+}
