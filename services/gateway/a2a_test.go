@@ -32,7 +32,7 @@ func (h agentHeader) Before(ctx context.Context, req *a2aclient.Request) (contex
 
 // a2aClients returns a client of agent over each transport: JSON-RPC
 // from the agent's card, and gRPC from the card's gRPC interface.
-func a2aClients(t *testing.T, s *stack, agent string) map[string]*a2aclient.Client {
+func a2aClients(t testing.TB, s *stack, agent string) map[string]*a2aclient.Client {
 	t.Helper()
 	ctx := ctxFor(t, 30*time.Second)
 	card, err := agentcard.NewResolver(nil).Resolve(ctx, s.httpURL+"/a2a/"+agent)

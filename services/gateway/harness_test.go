@@ -61,7 +61,7 @@ type stackOptions struct {
 	gateway func(*gateway.Config)
 }
 
-func startStack(t *testing.T, o stackOptions, agents ...agent) *stack {
+func startStack(t testing.TB, o stackOptions, agents ...agent) *stack {
 	t.Helper()
 	s := &stack{workspace: t.TempDir()}
 	s.stateAddr = harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
@@ -108,7 +108,7 @@ func startStack(t *testing.T, o stackOptions, agents ...agent) *stack {
 
 // startGateway runs the gateway (gateway.Run) in front of s's
 // orchestrator, its agents read from the same registry file.
-func (s *stack) startGateway(t *testing.T, o stackOptions) {
+func (s *stack) startGateway(t testing.TB, o stackOptions) {
 	t.Helper()
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,13 +133,13 @@ func (s *stack) startGateway(t *testing.T, o stackOptions) {
 	})
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func dialInsecure(t *testing.T, addr string) *grpc.ClientConn {
+func dialInsecure(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
