@@ -126,8 +126,8 @@ func (s *Server) ListApprovals(ctx context.Context, req *orchestratorv1.ListAppr
 		if err != nil {
 			return nil, err
 		}
-		all = s.pendingOf(wf)
-	} else if all, err = s.allPending(ctx); err != nil {
+		all = s.waitingOf(wf)
+	} else if all, err = s.allPending(ctx, s.waitingOf); err != nil {
 		return nil, err
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].GetRequestTime().AsTime().Before(all[j].GetRequestTime().AsTime()) })
@@ -142,8 +142,19 @@ func (s *Server) ListApprovals(ctx context.Context, req *orchestratorv1.ListAppr
 	return resp, nil
 }
 
-// allPending lists the pending approvals of every suspended workflow.
-func (s *Server) allPending(ctx context.Context) ([]*orchestratorv1.PendingApproval, error) {
+// waitingOf lists what a workflow waits on a person for: the tool calls
+// it waits on, or the raise of a limit it reached.
+func (s *Server) waitingOf(wf *Workflow) []*orchestratorv1.PendingApproval {
+	if r := limitRequestOf(wf); r != nil {
+		return []*orchestratorv1.PendingApproval{{WorkflowId: wf.ID, AgentId: r.GetAgentId(), Step: uint64(wf.Steps),
+			RequestTime: timestamppb.New(wf.Updated), LimitRequest: r}}
+	}
+	return s.pendingOf(wf)
+}
+
+// allPending lists the pending approvals of every suspended workflow, as
+// of lists them.
+func (s *Server) allPending(ctx context.Context, of func(*Workflow) []*orchestratorv1.PendingApproval) ([]*orchestratorv1.PendingApproval, error) {
 	var all []*orchestratorv1.PendingApproval
 	token := ""
 	for {
@@ -161,7 +172,7 @@ func (s *Server) allPending(ctx context.Context) ([]*orchestratorv1.PendingAppro
 				}
 				wf = full
 			}
-			all = append(all, s.pendingOf(wf)...)
+			all = append(all, of(wf)...)
 		}
 		if next == "" {
 			return all, nil
@@ -288,7 +299,7 @@ func (s *Server) RunApprovalTimeouts(ctx context.Context) {
 
 // timeOut decides the approvals past their deadline.
 func (s *Server) timeOut(ctx context.Context) {
-	all, err := s.allPending(ctx)
+	all, err := s.allPending(ctx, s.pendingOf)
 	if err != nil {
 		return
 	}

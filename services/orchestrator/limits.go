@@ -222,3 +222,14 @@ func limitRequestOf(wf *Workflow) *orchestratorv1.LimitRequest {
 	}
 	return r
 }
+
+// limitPrompt says what a workflow waiting for a raise waits for, and how
+// to give it.
+func limitPrompt(id string, r *orchestratorv1.LimitRequest) string {
+	if r.GetKind() == orchestratorv1.LimitKind_LIMIT_KIND_BUDGET {
+		spent, _ := money.Parse(r.GetSpent())
+		budget, _ := money.Parse(r.GetBudget())
+		return fmt.Sprintf("workflow %s spent %s USD of its %s USD budget and waits for a raise (UpdateWorkflowLimits with a budget, or reject)", id, spent, budget)
+	}
+	return fmt.Sprintf("workflow %s made %d of its %d operator calls and waits for a raise (UpdateWorkflowLimits with max_steps, or reject)", id, r.GetSteps(), r.GetMaxSteps())
+}

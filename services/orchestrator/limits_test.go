@@ -85,6 +85,10 @@ func testBudgetRaise(t *testing.T, start starter) {
 	if n := len(wf.GetPendingApprovals()); n != 0 {
 		t.Fatalf("a limit request listed as %d tool approvals", n)
 	}
+	inbox := must[*orchestratorv1.ListApprovalsResponse](t)(o.client.ListApprovals(ctxT(t), &orchestratorv1.ListApprovalsRequest{WorkflowId: id}))
+	if a := inbox.GetApprovals(); len(a) != 1 || a[0].GetLimitRequest().GetKind() != orchestratorv1.LimitKind_LIMIT_KIND_BUDGET || a[0].GetToolCall() != nil {
+		t.Fatalf("ListApprovals = %v, want the limit request", a)
+	}
 	if n := len(f.inputs("")); n != 2 {
 		t.Fatalf("operator calls while waiting = %d, want 2 (the third waits for the raise)", n)
 	}
@@ -190,8 +194,17 @@ func testMaxStepsRaise(t *testing.T, start starter) {
 	stateAddr, _, _ := startState(t)
 	_, opAddr := startFake(t, spendingAgents())
 	o := start(t, registryYAML(t, agentsAt(opAddr, "boss", "worker")...), stateAddr, orchOptions{engine: orchestrator.Options{AskLimits: true, MaxSteps: 2}})
-	id := startBoss(t, o, "")
-	waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED)
+	// A Dispatch returns when the workflow suspends at the limit, saying
+	// so (not with the last call's answer as the end).
+	resp := must[*orchestratorv1.DispatchResponse](t)(o.client.Dispatch(ctxT(t), &orchestratorv1.DispatchRequest{AgentId: "boss",
+		Input: &operatorv1.OperatorInput{Message: content.Text("go")}}))
+	id := resp.GetWorkflowId()
+	if ex := resp.GetOutput().GetExitReason(); ex.GetKind() != operatorv1.ExitKind_EXIT_KIND_SUSPENDED ||
+		!strings.Contains(ex.GetSuspension().GetPrompt(), "made 2 of its 2 operator calls and waits for a raise") {
+		t.Fatalf("the Dispatch's exit = %v", ex)
+	}
+	_, err := limits(o, &orchestratorv1.UpdateWorkflowLimitsRequest{WorkflowId: id, MaxSteps: 2000000})
+	wantCode(t, err, codes.InvalidArgument, "max_steps")
 	must[*orchestratorv1.UpdateWorkflowLimitsResponse](t)(limits(o, &orchestratorv1.UpdateWorkflowLimitsRequest{WorkflowId: id, MaxSteps: 3}))
 	wf := waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
 	if wf.GetSteps() != 3 || wf.GetLimitRequest() != nil {

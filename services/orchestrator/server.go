@@ -151,7 +151,15 @@ func response(wf *Workflow) (*orchestratorv1.DispatchResponse, error) {
 		}
 		return nil, wf.Failure.Err()
 	}
-	return &orchestratorv1.DispatchResponse{WorkflowId: wf.ID, TotalCost: money.FromDecimal(wf.Spent), Output: wf.LastOutput, Effects: wf.Effects}, nil
+	out := wf.LastOutput
+	if r := limitRequestOf(wf); r != nil {
+		// Suspended between operator calls: the caller is told so, not
+		// handed the last call's answer as if it were the end.
+		out = proto.CloneOf(out)
+		out.ExitReason = &operatorv1.ExitReason{Kind: operatorv1.ExitKind_EXIT_KIND_SUSPENDED, Suspension: &operatorv1.Suspension{
+			Prompt: limitPrompt(wf.ID, r)}}
+	}
+	return &orchestratorv1.DispatchResponse{WorkflowId: wf.ID, TotalCost: money.FromDecimal(wf.Spent), Output: out, Effects: wf.Effects}, nil
 }
 
 // DispatchMany implements OrchestratorService.DispatchMany.

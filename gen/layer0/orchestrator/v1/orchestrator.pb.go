@@ -427,7 +427,11 @@ type PendingApproval struct {
 	RequestTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=request_time,json=requestTime,proto3" json:"request_time,omitempty"`
 	// When the orchestrator decides by itself (its --approval-timeout,
 	// with its default decision); unset: never.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Set instead of tool_call when the workflow waits for a raise of a
+	// limit it reached: decided by UpdateWorkflowLimits, not
+	// DecideApprovals.
+	LimitRequest  *LimitRequest `protobuf:"bytes,7,opt,name=limit_request,json=limitRequest,proto3" json:"limit_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +504,13 @@ func (x *PendingApproval) GetRequestTime() *timestamppb.Timestamp {
 func (x *PendingApproval) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Deadline
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetLimitRequest() *LimitRequest {
+	if x != nil {
+		return x.LimitRequest
 	}
 	return nil
 }
@@ -2694,7 +2705,7 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06budget\x18\x03 \x01(\v2\x16.layer0.types.v1.MoneyR\x06budget\x12\x14\n" +
 	"\x05steps\x18\x04 \x01(\x04R\x05steps\x12\x1b\n" +
 	"\tmax_steps\x18\x05 \x01(\x04R\bmaxSteps\x12\x19\n" +
-	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\x9a\x02\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\"\xe5\x02\n" +
 	"\x0fPendingApproval\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
@@ -2702,7 +2713,8 @@ const file_layer0_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04step\x18\x03 \x01(\x04R\x04step\x12@\n" +
 	"\ttool_call\x18\x04 \x01(\v2#.layer0.operator.v1.PendingToolCallR\btoolCall\x12=\n" +
 	"\frequest_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestTime\x126\n" +
-	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"t\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12I\n" +
+	"\rlimit_request\x18\a \x01(\v2$.layer0.orchestrator.v1.LimitRequestR\flimitRequest\"t\n" +
 	"\fWorkflowWait\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
@@ -2979,72 +2991,73 @@ var file_layer0_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	41, // 13: layer0.orchestrator.v1.PendingApproval.tool_call:type_name -> layer0.operator.v1.PendingToolCall
 	40, // 14: layer0.orchestrator.v1.PendingApproval.request_time:type_name -> google.protobuf.Timestamp
 	40, // 15: layer0.orchestrator.v1.PendingApproval.deadline:type_name -> google.protobuf.Timestamp
-	40, // 16: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
-	42, // 17: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	37, // 18: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
-	38, // 19: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	7,  // 20: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
-	37, // 21: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
-	6,  // 22: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
-	8,  // 23: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
-	39, // 24: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
-	10, // 25: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
-	43, // 26: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
-	44, // 27: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
-	44, // 28: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
-	42, // 29: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	37, // 30: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
-	2,  // 31: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	2,  // 32: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
-	0,  // 33: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
-	2,  // 34: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
-	45, // 35: layer0.orchestrator.v1.WatchWorkflowResponse.event:type_name -> layer0.lifecycle.v1.LifecycleEvent
-	26, // 36: layer0.orchestrator.v1.WatchWorkflowResponse.progress:type_name -> layer0.orchestrator.v1.StepProgress
-	2,  // 37: layer0.orchestrator.v1.WatchWorkflowResponse.end:type_name -> layer0.orchestrator.v1.Workflow
-	46, // 38: layer0.orchestrator.v1.StepProgress.event:type_name -> layer0.operator.v1.ExecuteStreamResponse
-	29, // 39: layer0.orchestrator.v1.GetTranscriptResponse.steps:type_name -> layer0.orchestrator.v1.TranscriptStep
-	42, // 40: layer0.orchestrator.v1.TranscriptStep.input:type_name -> layer0.operator.v1.OperatorInput
-	38, // 41: layer0.orchestrator.v1.TranscriptStep.output:type_name -> layer0.operator.v1.OperatorOutput
-	30, // 42: layer0.orchestrator.v1.TranscriptStep.tool_calls:type_name -> layer0.orchestrator.v1.TranscriptToolCall
-	40, // 43: layer0.orchestrator.v1.TranscriptStep.start_time:type_name -> google.protobuf.Timestamp
-	40, // 44: layer0.orchestrator.v1.TranscriptStep.end_time:type_name -> google.protobuf.Timestamp
-	39, // 45: layer0.orchestrator.v1.TranscriptStep.error:type_name -> layer0.types.v1.Status
-	44, // 46: layer0.orchestrator.v1.TranscriptToolCall.input:type_name -> google.protobuf.Value
-	47, // 47: layer0.orchestrator.v1.TranscriptToolCall.duration:type_name -> google.protobuf.Duration
-	4,  // 48: layer0.orchestrator.v1.ListApprovalsResponse.approvals:type_name -> layer0.orchestrator.v1.PendingApproval
-	48, // 49: layer0.orchestrator.v1.DecideApprovalsRequest.decisions:type_name -> layer0.operator.v1.ToolDecision
-	37, // 50: layer0.orchestrator.v1.UpdateWorkflowLimitsRequest.budget:type_name -> layer0.types.v1.Money
-	6,  // 51: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
-	9,  // 52: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
-	12, // 53: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
-	14, // 54: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
-	16, // 55: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
-	18, // 56: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
-	20, // 57: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
-	22, // 58: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
-	24, // 59: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:input_type -> layer0.orchestrator.v1.WatchWorkflowRequest
-	27, // 60: layer0.orchestrator.v1.OrchestratorService.GetTranscript:input_type -> layer0.orchestrator.v1.GetTranscriptRequest
-	31, // 61: layer0.orchestrator.v1.OrchestratorService.ListApprovals:input_type -> layer0.orchestrator.v1.ListApprovalsRequest
-	33, // 62: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:input_type -> layer0.orchestrator.v1.DecideApprovalsRequest
-	34, // 63: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:input_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsRequest
-	8,  // 64: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
-	11, // 65: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
-	13, // 66: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
-	15, // 67: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
-	17, // 68: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
-	19, // 69: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
-	21, // 70: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
-	23, // 71: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
-	25, // 72: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:output_type -> layer0.orchestrator.v1.WatchWorkflowResponse
-	28, // 73: layer0.orchestrator.v1.OrchestratorService.GetTranscript:output_type -> layer0.orchestrator.v1.GetTranscriptResponse
-	32, // 74: layer0.orchestrator.v1.OrchestratorService.ListApprovals:output_type -> layer0.orchestrator.v1.ListApprovalsResponse
-	36, // 75: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:output_type -> layer0.orchestrator.v1.DecideApprovalsResponse
-	35, // 76: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:output_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsResponse
-	64, // [64:77] is the sub-list for method output_type
-	51, // [51:64] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	3,  // 16: layer0.orchestrator.v1.PendingApproval.limit_request:type_name -> layer0.orchestrator.v1.LimitRequest
+	40, // 17: layer0.orchestrator.v1.WorkflowWait.since:type_name -> google.protobuf.Timestamp
+	42, // 18: layer0.orchestrator.v1.DispatchRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	37, // 19: layer0.orchestrator.v1.DispatchRequest.budget:type_name -> layer0.types.v1.Money
+	38, // 20: layer0.orchestrator.v1.DispatchResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	7,  // 21: layer0.orchestrator.v1.DispatchResponse.effects:type_name -> layer0.orchestrator.v1.EffectOutcome
+	37, // 22: layer0.orchestrator.v1.DispatchResponse.total_cost:type_name -> layer0.types.v1.Money
+	6,  // 23: layer0.orchestrator.v1.DispatchManyRequest.tasks:type_name -> layer0.orchestrator.v1.DispatchRequest
+	8,  // 24: layer0.orchestrator.v1.DispatchResult.response:type_name -> layer0.orchestrator.v1.DispatchResponse
+	39, // 25: layer0.orchestrator.v1.DispatchResult.error:type_name -> layer0.types.v1.Status
+	10, // 26: layer0.orchestrator.v1.DispatchManyResponse.results:type_name -> layer0.orchestrator.v1.DispatchResult
+	43, // 27: layer0.orchestrator.v1.SignalRequest.signal:type_name -> layer0.types.v1.SignalPayload
+	44, // 28: layer0.orchestrator.v1.QueryRequest.params:type_name -> google.protobuf.Value
+	44, // 29: layer0.orchestrator.v1.QueryResponse.result:type_name -> google.protobuf.Value
+	42, // 30: layer0.orchestrator.v1.StartWorkflowRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	37, // 31: layer0.orchestrator.v1.StartWorkflowRequest.budget:type_name -> layer0.types.v1.Money
+	2,  // 32: layer0.orchestrator.v1.GetWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	2,  // 33: layer0.orchestrator.v1.CancelWorkflowResponse.workflow:type_name -> layer0.orchestrator.v1.Workflow
+	0,  // 34: layer0.orchestrator.v1.ListWorkflowsRequest.status:type_name -> layer0.orchestrator.v1.WorkflowStatus
+	2,  // 35: layer0.orchestrator.v1.ListWorkflowsResponse.workflows:type_name -> layer0.orchestrator.v1.Workflow
+	45, // 36: layer0.orchestrator.v1.WatchWorkflowResponse.event:type_name -> layer0.lifecycle.v1.LifecycleEvent
+	26, // 37: layer0.orchestrator.v1.WatchWorkflowResponse.progress:type_name -> layer0.orchestrator.v1.StepProgress
+	2,  // 38: layer0.orchestrator.v1.WatchWorkflowResponse.end:type_name -> layer0.orchestrator.v1.Workflow
+	46, // 39: layer0.orchestrator.v1.StepProgress.event:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	29, // 40: layer0.orchestrator.v1.GetTranscriptResponse.steps:type_name -> layer0.orchestrator.v1.TranscriptStep
+	42, // 41: layer0.orchestrator.v1.TranscriptStep.input:type_name -> layer0.operator.v1.OperatorInput
+	38, // 42: layer0.orchestrator.v1.TranscriptStep.output:type_name -> layer0.operator.v1.OperatorOutput
+	30, // 43: layer0.orchestrator.v1.TranscriptStep.tool_calls:type_name -> layer0.orchestrator.v1.TranscriptToolCall
+	40, // 44: layer0.orchestrator.v1.TranscriptStep.start_time:type_name -> google.protobuf.Timestamp
+	40, // 45: layer0.orchestrator.v1.TranscriptStep.end_time:type_name -> google.protobuf.Timestamp
+	39, // 46: layer0.orchestrator.v1.TranscriptStep.error:type_name -> layer0.types.v1.Status
+	44, // 47: layer0.orchestrator.v1.TranscriptToolCall.input:type_name -> google.protobuf.Value
+	47, // 48: layer0.orchestrator.v1.TranscriptToolCall.duration:type_name -> google.protobuf.Duration
+	4,  // 49: layer0.orchestrator.v1.ListApprovalsResponse.approvals:type_name -> layer0.orchestrator.v1.PendingApproval
+	48, // 50: layer0.orchestrator.v1.DecideApprovalsRequest.decisions:type_name -> layer0.operator.v1.ToolDecision
+	37, // 51: layer0.orchestrator.v1.UpdateWorkflowLimitsRequest.budget:type_name -> layer0.types.v1.Money
+	6,  // 52: layer0.orchestrator.v1.OrchestratorService.Dispatch:input_type -> layer0.orchestrator.v1.DispatchRequest
+	9,  // 53: layer0.orchestrator.v1.OrchestratorService.DispatchMany:input_type -> layer0.orchestrator.v1.DispatchManyRequest
+	12, // 54: layer0.orchestrator.v1.OrchestratorService.Signal:input_type -> layer0.orchestrator.v1.SignalRequest
+	14, // 55: layer0.orchestrator.v1.OrchestratorService.Query:input_type -> layer0.orchestrator.v1.QueryRequest
+	16, // 56: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:input_type -> layer0.orchestrator.v1.StartWorkflowRequest
+	18, // 57: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:input_type -> layer0.orchestrator.v1.GetWorkflowRequest
+	20, // 58: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:input_type -> layer0.orchestrator.v1.CancelWorkflowRequest
+	22, // 59: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:input_type -> layer0.orchestrator.v1.ListWorkflowsRequest
+	24, // 60: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:input_type -> layer0.orchestrator.v1.WatchWorkflowRequest
+	27, // 61: layer0.orchestrator.v1.OrchestratorService.GetTranscript:input_type -> layer0.orchestrator.v1.GetTranscriptRequest
+	31, // 62: layer0.orchestrator.v1.OrchestratorService.ListApprovals:input_type -> layer0.orchestrator.v1.ListApprovalsRequest
+	33, // 63: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:input_type -> layer0.orchestrator.v1.DecideApprovalsRequest
+	34, // 64: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:input_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsRequest
+	8,  // 65: layer0.orchestrator.v1.OrchestratorService.Dispatch:output_type -> layer0.orchestrator.v1.DispatchResponse
+	11, // 66: layer0.orchestrator.v1.OrchestratorService.DispatchMany:output_type -> layer0.orchestrator.v1.DispatchManyResponse
+	13, // 67: layer0.orchestrator.v1.OrchestratorService.Signal:output_type -> layer0.orchestrator.v1.SignalResponse
+	15, // 68: layer0.orchestrator.v1.OrchestratorService.Query:output_type -> layer0.orchestrator.v1.QueryResponse
+	17, // 69: layer0.orchestrator.v1.OrchestratorService.StartWorkflow:output_type -> layer0.orchestrator.v1.StartWorkflowResponse
+	19, // 70: layer0.orchestrator.v1.OrchestratorService.GetWorkflow:output_type -> layer0.orchestrator.v1.GetWorkflowResponse
+	21, // 71: layer0.orchestrator.v1.OrchestratorService.CancelWorkflow:output_type -> layer0.orchestrator.v1.CancelWorkflowResponse
+	23, // 72: layer0.orchestrator.v1.OrchestratorService.ListWorkflows:output_type -> layer0.orchestrator.v1.ListWorkflowsResponse
+	25, // 73: layer0.orchestrator.v1.OrchestratorService.WatchWorkflow:output_type -> layer0.orchestrator.v1.WatchWorkflowResponse
+	28, // 74: layer0.orchestrator.v1.OrchestratorService.GetTranscript:output_type -> layer0.orchestrator.v1.GetTranscriptResponse
+	32, // 75: layer0.orchestrator.v1.OrchestratorService.ListApprovals:output_type -> layer0.orchestrator.v1.ListApprovalsResponse
+	36, // 76: layer0.orchestrator.v1.OrchestratorService.DecideApprovals:output_type -> layer0.orchestrator.v1.DecideApprovalsResponse
+	35, // 77: layer0.orchestrator.v1.OrchestratorService.UpdateWorkflowLimits:output_type -> layer0.orchestrator.v1.UpdateWorkflowLimitsResponse
+	65, // [65:78] is the sub-list for method output_type
+	52, // [52:65] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_layer0_orchestrator_v1_orchestrator_proto_init() }
