@@ -84,7 +84,12 @@ func (u *up) printWhere(workflowID string) {
 	fmt.Fprintf(u.out, "  logs       %s/{%s}.log\n", u.shown("logs"), strings.Join(serviceNames, ","))
 	fmt.Fprintf(u.out, "  agents     neuron agents list (demo definitions: %s)\n", u.shown(demoAgentsFile))
 	if u.route == routeEnvironment {
-		fmt.Fprintf(u.out, "  workspace  each sandboxed operator call gets a fresh workspace under %s, removed after it: notes.md lived there\n", u.shown("environment", "work"))
+		envAddr := ""
+		if a := *u.f.addrs["environment"]; a != defaultEnvironmentAddr {
+			envAddr = " --addr " + a
+		}
+		fmt.Fprintf(u.out, "  workspace  the workflow's, kept by the environment service under %s (notes.md)\n", u.shown("environment", "workspaces"))
+		fmt.Fprintf(u.out, "             neuron files get notes.md --workflow %s%s\n", workflowID, envAddr)
 	} else {
 		fmt.Fprintf(u.out, "  workspace  %s (notes.md)\n", u.shown("operator", "workspace"))
 	}

@@ -108,6 +108,9 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 		b.WriteString("    isolation: [{process: {}}]\n")
 		b.WriteString("    resources: {memory: \"512Mi\", max_processes: 64}\n")
 		b.WriteString("    network: {default_action: NETWORK_ACTION_DENY}\n")
+		b.WriteString("    # One workspace per workflow, kept by the environment service across\n")
+		b.WriteString("    # its steps: neuron files ls|get --workflow ID.\n")
+		b.WriteString("    workspace: {scope: WORKSPACE_SCOPE_WORKFLOW}\n")
 	default:
 		b.WriteString("  # Every operator call goes to the operator service directly.\n")
 		fmt.Fprintf(&b, "  operator: %s\n", cfg.operatorAddr)
