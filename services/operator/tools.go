@@ -17,6 +17,7 @@ import (
 	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
 	"github.com/secbear/neuron/services/operator/tool"
+	"github.com/secbear/neuron/services/operator/tool/builtin"
 )
 
 // call is one tool call of a model response and what became of it.
@@ -325,6 +326,11 @@ func (r *run) runOne(ctx context.Context, c *call) {
 		c.effect = eff
 		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: ack}
 	} else {
+		// The memory tools read the scopes this invocation may read.
+		ctx = builtin.WithMemoryAccess(ctx, builtin.MemoryAccess{
+			SessionID: r.in.GetSessionId(), WorkflowID: r.in.GetDispatch().GetWorkflowId(),
+			AgentID: r.in.GetDispatch().GetAgentId(), Scopes: r.in.GetConfig().GetMemoryScopes(),
+		})
 		out := reg.Call(ctx, name, input)
 		c.result = provider.ToolResult{ToolUseID: c.use.ID, Content: out.Content, IsError: out.IsError}
 		c.failed = out.IsError

@@ -2,12 +2,17 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"google.golang.org/grpc"
+
+	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
+	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/operator/tool"
 	"github.com/secbear/neuron/services/operator/tool/builtin"
@@ -65,10 +70,43 @@ func builtinTools(cfg Config, names []string, reg *tool.Registry, oneShot bool, 
 	if err != nil {
 		return noop, fmt.Errorf("--workspace: %w", err)
 	}
-	closeWS := func() { ws.Close() }
+	var stateConn *grpc.ClientConn
+	closeWS := func() {
+		ws.Close()
+		if stateConn != nil {
+			_ = stateConn.Close()
+		}
+	}
+	// memoryState is the State client of the memory tools, dialled once.
+	memoryState := func() (statev1.StateServiceClient, error) {
+		if stateConn == nil {
+			if cfg.State.Target == "" {
+				return nil, errors.New("--tools search_memory and read_memory need --state-addr (the State service they read)")
+			}
+			sc := cfg.State
+			sc.WaitForReady = true
+			c, err := grpcclient.Dial(sc)
+			if err != nil {
+				return nil, fmt.Errorf("--state-addr: %w", err)
+			}
+			stateConn = c
+		}
+		return statev1.NewStateServiceClient(stateConn), nil
+	}
 	for _, n := range names {
 		var t tool.Tool
 		switch n {
+		case builtin.SearchMemoryName, builtin.ReadMemoryName:
+			c, err := memoryState()
+			if err != nil {
+				closeWS()
+				return noop, err
+			}
+			if n == builtin.SearchMemoryName {
+				t = builtin.NewSearchMemory(c)
+			} else {
+				t = builtin.NewReadMemory(c)
+			}
 		case "read":
 			t = builtin.NewRead(ws)
 		case "write":
@@ -118,7 +156,7 @@ func builtinTools(cfg Config, names []string, reg *tool.Registry, oneShot bool, 
 			})
 		default:
 			closeWS()
-			return noop, fmt.Errorf("--tools: unknown tool %q; built-in tools are read, write, edit, bash", n)
+			return noop, fmt.Errorf("--tools: unknown tool %q; built-in tools are read, write, edit, bash, search_memory, read_memory", n)
 		}
 		if err := reg.Register(t); err != nil {
 			closeWS()

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,10 @@ type AgentDefaults struct {
 	// operator's default (on); false means the agent's invocations neither
 	// read nor write their session's conversation history.
 	SessionHistory *bool
+	// MemoryScopes is OperatorConfig.memory_scopes: the State scopes its
+	// memory tools (search_memory, read_memory) may read; empty: its
+	// invocations' own.
+	MemoryScopes []string
 	// ContextStrategy is OperatorConfig.context_strategy: how a
 	// conversation longer than the model's context is fitted into it
 	// (UNSPECIFIED: the operator's --compaction).
@@ -282,6 +287,10 @@ func LoadRegistry(path string) (*Registry, error) {
 //     default it is stored and read back, not indexed (cheaper).
 //   - session_history: false makes the agent's invocations neither read
 //     nor write their session's conversation history (default true).
+//   - memory_scopes: the State scopes the agent's memory tools
+//     (search_memory, read_memory) may read: session, workflow, agent,
+//     global or custom:NAME; absent: its invocations' own (session,
+//     workflow, agent).
 //   - context_strategy: compact (summarise older turns), truncate (drop
 //     them) or none (a conversation that does not fit fails); absent: the
 //     operator's --compaction.
@@ -394,6 +403,9 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.SessionHistory == nil && d.SessionHistory != nil {
 		cfg.SessionHistory = proto.Bool(*d.SessionHistory)
 	}
+	if len(cfg.MemoryScopes) == 0 && len(d.MemoryScopes) > 0 {
+		cfg.MemoryScopes = slices.Clone(d.MemoryScopes)
+	}
 	if cfg.ContextStrategy == operatorv1.ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED {
 		cfg.ContextStrategy = d.ContextStrategy
 	}
@@ -446,6 +458,7 @@ type agentEntry struct {
 	SystemAddendum *string           `json:"system_addendum"`
 	SearchableHist *bool             `json:"searchable_history"`
 	SessionHist    *bool             `json:"session_history"`
+	MemoryScopes   []string          `json:"memory_scopes"`
 	ContextStrat   *string           `json:"context_strategy"`
 	ToolApprovals  map[string]string `json:"tool_approvals"`
 	Metadata       json.RawMessage   `json:"metadata"`
@@ -707,6 +720,15 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 	if e.SessionHist != nil {
 		d.SessionHistory = proto.Bool(*e.SessionHist)
 	}
+	for i, s := range e.MemoryScopes {
+		switch {
+		case s == "session", s == "workflow", s == "agent", s == "global":
+		case strings.HasPrefix(s, "custom:") && len(s) > len("custom:") && len(s) <= 300:
+		default:
+			return nil, p.errorf(where, "memory_scopes[%d] %q: want session, workflow, agent, global or custom:NAME", i, s)
+		}
+	}
+	d.MemoryScopes = slices.Clone(e.MemoryScopes)
 	if e.ContextStrat != nil {
 		cs, ok := contextStrategies[*e.ContextStrat]
 		if !ok {
