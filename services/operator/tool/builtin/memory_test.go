@@ -123,7 +123,7 @@ func TestSearchMemoryBounded(t *testing.T) {
 func TestReadMemory(t *testing.T) {
 	f := &fakeState{data: map[string]map[string]string{
 		scope.String(scope.Agent("w1", "a1")): {"fact": "the user's car is blue", "big": strings.Repeat("x", 40000)},
-		scope.String(scope.Global()):         {"secret": "not for this agent"},
+		scope.String(scope.Global()):          {"secret": "not for this agent"},
 	}}
 	tl := NewReadMemory(f)
 	out, err := tl.Call(memCtx(), json.RawMessage(`{"scope": "agent", "key": "fact"}`))
