@@ -64,11 +64,17 @@ func (c *cli) cmdApprovals(ctx context.Context, args []string) error {
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKFLOW\tCALL\tTOOL\tINPUT\tAGENT\tSTEP\tWAITING SINCE\tDECIDED BY ITSELF AT")
+	raise := false
 	for _, a := range list {
 		tc := a.GetToolCall()
 		deadline := "never"
 		if a.GetDeadline() != nil {
 			deadline = when(a.GetDeadline())
+		}
+		if r := a.GetLimitRequest(); r != nil {
+			raise = true
+			fmt.Fprintf(tw, "%s\t-\t(limit)\t%s\t%s\t%d\t%s\t%s\n", a.GetWorkflowId(), limitLine(r), a.GetAgentId(), a.GetStep(), when(a.GetRequestTime()), deadline)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.GetWorkflowId(), tc.GetToolUseId(), tc.GetName(),
 			clip(jsonText(tc.GetInput()), 60), a.GetAgentId(), a.GetStep(), when(a.GetRequestTime()), deadline)
@@ -77,6 +83,9 @@ func (c *cli) cmdApprovals(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout, "\ndecide with: neuron approve WORKFLOW [--call ID]... [--reject] [--reason R] [--edit JSON]")
+	if raise {
+		fmt.Fprintln(c.stdout, "a (limit) waits for a raise: neuron workflows limits WORKFLOW --budget USD | --max-steps N | --reject")
+	}
 	return nil
 }
 
@@ -165,6 +174,9 @@ func (c *cli) cmdApprove(ctx context.Context, args []string) error {
 		return cn.wrap(err)
 	}
 	pending := gw.GetWorkflow().GetPendingApprovals()
+	if r := gw.GetWorkflow().GetLimitRequest(); len(pending) == 0 && r != nil {
+		return cn.wrap(status.Errorf(codes.FailedPrecondition, "workflow %s waits for a raise, not for tool calls (%s); raise it with `%s`", id, limitLine(r), limitHint(id, r)))
+	}
 	if len(pending) == 0 {
 		return cn.wrap(status.Errorf(codes.FailedPrecondition, "workflow %s is %s and waits for no approval", id, statusName(gw.GetWorkflow().GetStatus())))
 	}

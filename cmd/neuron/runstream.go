@@ -56,6 +56,8 @@ func suspendedOutput(out *operatorv1.OperatorOutput) bool {
 func pendingApprovals(ctx context.Context, client orchestratorv1.OrchestratorServiceClient, id string, ev *lifecyclev1.LifecycleEvent, out *operatorv1.OperatorOutput) []*orchestratorv1.PendingApproval {
 	if resp, err := client.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: id}); err == nil && len(resp.GetWorkflow().GetPendingApprovals()) > 0 {
 		return resp.GetWorkflow().GetPendingApprovals()
+	} else if r := resp.GetWorkflow().GetLimitRequest(); err == nil && r != nil {
+		return []*orchestratorv1.PendingApproval{{WorkflowId: id, AgentId: r.GetAgentId(), LimitRequest: r}}
 	}
 	if ev != nil {
 		if a := approvalsFromEvent(ev); len(a) > 0 {

@@ -413,6 +413,15 @@ func (v *streamView) approvals(wfID, addr string, calls []*orchestratorv1.Pendin
 
 // printApprovals writes the pending calls of wfID and how to decide them.
 func printApprovals(w io.Writer, wfID, addr string, calls []*orchestratorv1.PendingApproval) {
+	if len(calls) == 1 && calls[0].GetLimitRequest() != nil {
+		r := calls[0].GetLimitRequest()
+		hint := limitHint(wfID, r)
+		if addr != "" && addr != defaultOrchestratorAddr {
+			hint += " --addr " + addr
+		}
+		fmt.Fprintf(w, "\nworkflow %s reached a limit (%s) and waits for a raise:\n  %s\n", wfID, limitLine(r), hint)
+		return
+	}
 	fmt.Fprintf(w, "\nworkflow %s waits for approval of %d tool call(s):\n", wfID, len(calls))
 	for _, a := range calls {
 		tc := a.GetToolCall()

@@ -28,17 +28,20 @@ const workflowsHelp = `Inspect and steer the orchestrator's durable workflows.
                             calls, events, until it ends (--after N)
   signal ID TYPE [JSON]     deliver a signal (JSON: its data); --key makes a retry safe
   cancel ID                 stop it and its in-flight operator call (--reason)
+  limits ID                 raise its budget (--budget USD, in total) or its
+                            limit of operator calls (--max-steps N), or refuse
+                            the raise it waits for (--reject --reason R)
 
 Unknown workflows are NOT_FOUND (exit 15).`
 
 // cmdWorkflows is `neuron workflows`: list, show, signal, cancel.
 func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: neuron workflows list|show|watch|signal|cancel [flags]\n\n%s\n", workflowsHelp)
+		fmt.Fprintf(c.stderr, "Usage: neuron workflows list|show|watch|signal|cancel|limits [flags]\n\n%s\n", workflowsHelp)
 		return &exitError{code: exitUsage}
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(c.stdout, "Usage: neuron workflows list|show|watch|signal|cancel [flags]\n\n%s\n", workflowsHelp)
+		fmt.Fprintf(c.stdout, "Usage: neuron workflows list|show|watch|signal|cancel|limits [flags]\n\n%s\n", workflowsHelp)
 		return nil
 	}
 	sub, args := args[0], args[1:]
@@ -50,6 +53,7 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 		transcript        bool
 		after             uint64
 		noEvents          bool
+		lim               limitFlags
 	)
 	var synopsis string
 	switch sub {
@@ -63,8 +67,10 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 		synopsis = "neuron workflows signal ID TYPE [JSON] [--key K] [flags]"
 	case "cancel":
 		synopsis = "neuron workflows cancel ID [--reason R] [flags]"
+	case "limits":
+		synopsis = "neuron workflows limits ID [--budget USD] [--max-steps N] [--reject] [--reason R] [--key K] [flags]"
 	default:
-		return usageErrorf("workflows", "unknown subcommand %q: want list, show, watch, signal or cancel", sub)
+		return usageErrorf("workflows", "unknown subcommand %q: want list, show, watch, signal, cancel or limits", sub)
 	}
 	help := workflowsHelp
 	timeout := 30 * time.Second
@@ -86,12 +92,14 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 		fs.StringVar(&k, "key", "", "idempotency key: a signal repeated with the same key is accepted once")
 	case "cancel":
 		fs.StringVar(&reason, "reason", "canceled with neuron workflows cancel", "why, for the record")
+	case "limits":
+		lim.bind(fs)
 	}
 	pos, err := parseArgs(fs, name, args)
 	if err != nil {
 		return err
 	}
-	want := map[string][2]int{"list": {0, 0}, "ls": {0, 0}, "show": {1, 1}, "get": {1, 1}, "watch": {1, 1}, "signal": {2, 3}, "cancel": {1, 1}}[sub]
+	want := map[string][2]int{"list": {0, 0}, "ls": {0, 0}, "show": {1, 1}, "get": {1, 1}, "watch": {1, 1}, "signal": {2, 3}, "cancel": {1, 1}, "limits": {1, 1}}[sub]
 	if len(pos) < want[0] || len(pos) > want[1] {
 		return usageErrorf(name, "wrong number of arguments: %s", synopsis)
 	}
@@ -110,6 +118,8 @@ func (c *cli) cmdWorkflows(ctx context.Context, args []string) error {
 			return c.showTranscript(ctx, client, &cn, pos[0])
 		}
 		return c.showWorkflow(ctx, client, &cn, pos[0])
+	case "limits":
+		return c.updateLimits(ctx, client, &cn, pos[0], &lim)
 	case "watch":
 		if cn.timeout > 0 {
 			var cancel context.CancelFunc
