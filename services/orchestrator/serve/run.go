@@ -371,7 +371,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Every operator call's transcript is kept in State, and its live
 	// progress goes to WatchWorkflow's streams.
 	hub := orchestrator.NewHub()
-	recorder := &orchestrator.Recorder{Next: caller, State: statev1.NewStateServiceClient(stateConn), Hub: hub, Log: log}
+	recorder := &orchestrator.Recorder{Next: orchestrator.Traced(caller), State: statev1.NewStateServiceClient(stateConn), Hub: hub, Log: log}
 	deps := orchestrator.Deps{Registry: reg, Caller: recorder, State: statev1.NewStateServiceClient(stateConn)}
 	busOpts := lifecycle.Options{BufferSize: cfg.EventsBuffer, SubscriberBuffer: cfg.SubscriberBuffer, SubscriberBufferBytes: cfg.SubscriberBufferBytes}
 	var (
@@ -429,6 +429,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		engine, stopEngine = eng, eng.Close
 	}
 	defer bus.Close()
+	if cfg.Server.OTel.Enabled() { // workflows by status, approvals waiting (tracing.go)
+		_ = orchestrator.ObserveWorkflows(ctx, bus)
+	}
 	orchSrv := orchestrator.NewServer(engine, cfg.Engine.Workers, orchestrator.WithWatch(bus, cfg.EventLogPoll, hub),
 		orchestrator.WithTranscripts(deps.State), orchestrator.WithApprovalTimeout(cfg.ApprovalTimeout, cfg.ApprovalTimeoutApprove),
 		orchestrator.WithServerLog(log))
