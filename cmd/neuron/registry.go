@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/secbear/neuron/services/operator/provider/providers"
 )
 
 // route is where the orchestrator runs the agents of `neuron up`.
@@ -27,6 +29,9 @@ type registryConfig struct {
 	// model is the model name for real providers; empty: the operator's
 	// default.
 	model string
+	// sidecar, on the environment route with a model key, is the
+	// provider whose key the egress proxy adds (credential sidecarSecret).
+	sidecar *providers.Descriptor
 }
 
 // The demo's memory: where the assistant remembers its last run.
@@ -88,6 +93,18 @@ func researcherScript() map[string]any {
 	}}}
 }
 
+// sidecarHeader is the header that carries provider's API key; empty
+// means "Authorization: Bearer".
+func sidecarHeader(provider string) string {
+	switch provider {
+	case "anthropic":
+		return "x-api-key"
+	case "gemini", "google":
+		return "x-goog-api-key"
+	}
+	return ""
+}
+
 // agentRegistry renders the agent registry YAML for the orchestrator.
 func agentRegistry(cfg registryConfig) ([]byte, error) {
 	var b strings.Builder
@@ -111,6 +128,11 @@ func agentRegistry(cfg registryConfig) ([]byte, error) {
 		b.WriteString("    # One workspace per workflow, kept by the environment service across\n")
 		b.WriteString("    # its steps: neuron files ls|get --workflow ID.\n")
 		b.WriteString("    workspace: {scope: WORKSPACE_SCOPE_WORKFLOW}\n")
+		if d := cfg.sidecar; d != nil {
+			b.WriteString("    # The model key stays with the environment service: its egress proxy\n")
+			b.WriteString("    # adds it to the calls to the provider; the sandbox holds a placeholder.\n")
+			fmt.Fprintf(&b, "    credentials: [{name: %s, injection: {sidecar: {host: %s, header: %s}}}]\n", sidecarSecret, d.Host, yamlString(sidecarHeader(d.Name)))
+		}
 	default:
 		b.WriteString("  # Every operator call goes to the operator service directly.\n")
 		fmt.Fprintf(&b, "  operator: %s\n", cfg.operatorAddr)

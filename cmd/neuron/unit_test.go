@@ -321,11 +321,24 @@ func TestUpModel(t *testing.T) {
 	if _, err := env(nil).planUp(fl0); !errors.As(err, &ue) || !strings.Contains(ue.msg, "needs a model provider") {
 		t.Errorf("--model without a key: %v", err)
 	}
-	// A real model cannot be forced into the sandbox.
+	// A model server named by a base URL cannot be forced into the
+	// sandbox (it has no network); a public API's key can (the egress
+	// proxy adds it): that plan fails later, on the missing binaries or
+	// the host's sandbox support, not on the key.
 	fl := f()
 	fl.isolation = "process"
-	if _, err := env(map[string]string{"ANTHROPIC_API_KEY": "k"}).planUp(fl); !errors.As(err, &ue) || !strings.Contains(ue.msg, "ANTHROPIC_API_KEY") {
-		t.Errorf("--isolation process with a key: %v", err)
+	if _, err := env(map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}).planUp(fl); !errors.As(err, &ue) || !strings.Contains(ue.msg, "OPENAI_API_KEY") {
+		t.Errorf("--isolation process with a base URL: %v", err)
+	}
+	if _, err := env(map[string]string{"ANTHROPIC_API_KEY": "k"}).planUp(fl); errors.As(err, &ue) {
+		t.Errorf("--isolation process with a key: %v, want it planned sandboxed", err)
+	}
+	if d := sidecarOf("ANTHROPIC_API_KEY", func(string) string { return "" }); d == nil || d.Host != "api.anthropic.com" {
+		t.Errorf("sidecarOf(ANTHROPIC_API_KEY) = %v", d)
+	}
+	reg, err := agentRegistry(registryConfig{route: routeEnvironment, environmentAddr: "127.0.0.1:1", sidecar: sidecarOf("OPENAI_API_KEY", func(string) string { return "" })})
+	if err != nil || !strings.Contains(string(reg), "credentials: [{name: model-key, injection: {sidecar: {host: api.openai.com") {
+		t.Errorf("the registry of a sandboxed real model: %v\n%s", err, reg)
 	}
 	// The binaries are missing from dir: a plain error naming make build.
 	_, err = env(nil).planUp(f())

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +37,12 @@ Agents run in the environment service's process sandbox (Landlock,
 namespaces, a cgroup: one fresh operator process per call) when this host
 supports it, else on the operator service directly (--isolation). With
 ` + providers.EnableVars() + ` set,
-the operator uses that model and agents run on it directly (neuron up does
-not hand keys to the sandbox); without, the built-in scripted model
-answers from per-agent scripts in the registry, and says so.
+the agents use that model: with a public API's key they still run in the
+sandbox, and the environment's egress proxy adds the key to their model
+calls (the key stays in --data-dir/environment/secrets, never in the
+sandbox); a model server named by a base URL is reached from the operator
+service directly. Without, the built-in scripted model answers from
+per-agent scripts in the registry, and says so.
 
 --demo then dispatches the assistant with a sample task and prints the
 result, the cost, the effects applied and where the data lives, and keeps
@@ -97,6 +101,11 @@ type up struct {
 	routeWhy string
 	// modelVar names the variable of the real model; empty: scripted.
 	modelVar string
+	// sidecar is the provider whose key the environment's egress proxy
+	// adds to the sandboxed operators' model calls (sidecar credential
+	// injection: the key never enters the sandbox); nil when agents do
+	// not run sandboxed with a model key.
+	sidecar  *providers.Descriptor
 	children map[string]*child
 	// demoAgents is the demo agents' registry YAML this start wrote.
 	demoAgents []byte
@@ -143,6 +152,22 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	return u.run(ctx)
 }
 
+// sidecarSecret is the name of the model key in the environment's
+// --secrets-dir, as the demo agents' spec names it.
+const sidecarSecret = "model-key"
+
+// sidecarOf is the provider whose API key v is, when the environment's
+// egress proxy can add it to the calls of sandboxed operators: a public
+// API host (not a model server named by a base URL), and no base URL
+// set that would send the calls elsewhere. Nil otherwise.
+func sidecarOf(v string, getenv func(string) string) *providers.Descriptor {
+	d, ok := providers.EnabledBy(v)
+	if !ok || d.Host == "" || !slices.Contains(d.KeyEnv, v) || strings.TrimSpace(getenv(d.BaseURLEnv)) != "" {
+		return nil
+	}
+	return &d
+}
+
 // planUp checks the flags and the binaries and decides the model and the
 // route.
 func (c *cli) planUp(f upFlags) (*up, error) {
@@ -178,8 +203,8 @@ func (c *cli) planUp(f upFlags) (*up, error) {
 	case "none":
 		u.route, u.routeWhy = routeOperator, "on the operator service directly (--isolation none): no sandbox; sessions work"
 	case "process":
-		if u.modelVar != "" {
-			return nil, usageErrorf("up", "--isolation process runs the scripted model only: neuron up does not hand %s to the sandbox; use --isolation auto or none", u.modelVar)
+		if u.modelVar != "" && sidecarOf(u.modelVar, c.getenv) == nil {
+			return nil, usageErrorf("up", "--isolation process: %s names a model server (or a base URL is set), not a key the sandbox's egress proxy can add to a public API's calls; use --isolation auto or none", u.modelVar)
 		}
 		if sandboxErr != nil {
 			return nil, &exitError{code: exitFailure, msg: "up: --isolation process: this host cannot sandbox the agents: " + sandboxErr.Error()}
@@ -187,8 +212,8 @@ func (c *cli) planUp(f upFlags) (*up, error) {
 		u.route = routeEnvironment
 	case "auto":
 		switch {
-		case u.modelVar != "":
-			u.route, u.routeWhy = routeOperator, fmt.Sprintf("on the operator service directly: it holds the model key (%s), which neuron up does not hand to the sandbox", u.modelVar)
+		case u.modelVar != "" && sidecarOf(u.modelVar, c.getenv) == nil:
+			u.route, u.routeWhy = routeOperator, fmt.Sprintf("on the operator service directly: %s with a model server or a base URL, which the sandbox (no network) cannot reach", u.modelVar)
 		case sandboxErr != nil:
 			u.route, u.routeWhy = routeOperator, "on the operator service directly: this host cannot sandbox them ("+oneLine(sandboxErr.Error())+")"
 		default:
@@ -199,6 +224,10 @@ func (c *cli) planUp(f upFlags) (*up, error) {
 	}
 	if u.route == routeEnvironment {
 		u.routeWhy = "through the environment service's process sandbox: each operator call is a fresh operator process under Landlock, namespaces and a cgroup, without network; session history is read through a read-only state bridge"
+		if u.modelVar != "" {
+			u.sidecar = sidecarOf(u.modelVar, c.getenv)
+			u.routeWhy += fmt.Sprintf("; model calls go out through the egress proxy, which adds %s for %s (the key never enters the sandbox)", u.modelVar, u.sidecar.Host)
+		}
 	}
 	for _, name := range serviceNames {
 		p := filepath.Join(f.binDir, name)
@@ -283,11 +312,24 @@ func (u *up) prepare() error {
 	reg, err := agentRegistry(registryConfig{
 		route: u.route, operatorAddr: *u.f.addrs["operator"], environmentAddr: *u.f.addrs["environment"],
 		scripted: u.modelVar == "", model: u.f.model,
+		sidecar: u.sidecar,
 	})
 	if err != nil {
 		return err
 	}
 	u.demoAgents = reg
+	if u.sidecar != nil {
+		// The key for the environment's egress proxy (--secrets-dir):
+		// the sandboxed operators get only a placeholder.
+		dir := u.abs("environment", "secrets")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return &exitError{code: exitFailure, msg: "up: the model key for the sandbox's egress proxy: " + err.Error()}
+		}
+		key := strings.TrimSpace(u.c.getenv(u.modelVar))
+		if err := os.WriteFile(filepath.Join(dir, sidecarSecret), []byte(key+"\n"), 0o600); err != nil {
+			return &exitError{code: exitFailure, msg: "up: the model key for the sandbox's egress proxy: " + err.Error()}
+		}
+	}
 	if err := os.WriteFile(u.abs(demoAgentsFile), reg, 0o600); err != nil {
 		return &exitError{code: exitFailure, msg: "up: writing the demo agents: " + err.Error()}
 	}
@@ -322,6 +364,9 @@ func (u *up) plan() {
 			"--operator-binary", filepath.Join(u.f.binDir, "operator"), "--state-addr", addr("state")),
 		"orchestrator": append(common("orchestrator"), "--agents", u.abs(demoAgentsFile), "--state-addr", addr("state"),
 			"--data-dir", u.abs("orchestrator")),
+	}
+	if u.sidecar != nil {
+		args["environment"] = append(args["environment"], "--secrets-dir", u.abs("environment", "secrets"))
 	}
 	if u.f.model != "" {
 		args["operator"] = append(args["operator"], "--model", u.f.model)
