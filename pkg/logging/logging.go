@@ -39,7 +39,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log format %q: want json or text", o.Format)
 	}
-	l := slog.New(Redact(h))
+	l := slog.New(WithTrace(Redact(h)))
 	if o.Service != "" {
 		l = l.With("service", o.Service)
 	}
@@ -124,7 +124,7 @@ const Redacted = "[REDACTED]"
 // text, a LogValuer resolved) counts as changed.
 func (r redactHandler) attr(a slog.Attr) (slog.Attr, bool) {
 	key := r.redact(a.Key)
-	if r.keys && SecretKey(a.Key) {
+	if r.keys && SecretKey(a.Key) && !countValue(a.Value) {
 		return slog.String(key, Redacted), true
 	}
 	changed := key != a.Key
@@ -162,6 +162,17 @@ func (r redactHandler) attr(a slog.Attr) (slog.Attr, bool) {
 	default:
 		return slog.Attr{Key: key, Value: v}, changed
 	}
+}
+
+// countValue says whether v is a number or a boolean: a count, size or
+// flag (tokens_in, credential_count), never a secret, whatever its key.
+// Secrets are strings, and are redacted under a secret key.
+func countValue(v slog.Value) bool {
+	switch v.Kind() {
+	case slog.KindInt64, slog.KindUint64, slog.KindFloat64, slog.KindBool, slog.KindDuration:
+		return true
+	}
+	return false
 }
 
 // anyValue returns v, a value of kind Any, unchanged unless its text as
