@@ -84,6 +84,69 @@ func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// BusySessionPolicy is what a second message for a busy session does.
+type BusySessionPolicy int32
+
+const (
+	// Nothing special: each message starts its own workflow, side by side.
+	BusySessionPolicy_BUSY_SESSION_POLICY_UNSPECIFIED BusySessionPolicy = 0
+	// Refused: FAILED_PRECONDITION naming the workflow it waits for.
+	BusySessionPolicy_BUSY_SESSION_POLICY_REJECT BusySessionPolicy = 1
+	// Waits (within the call's deadline) for that workflow to end, then
+	// starts.
+	BusySessionPolicy_BUSY_SESSION_POLICY_ENQUEUE BusySessionPolicy = 2
+	// Cancels that workflow, then starts one with both messages.
+	BusySessionPolicy_BUSY_SESSION_POLICY_INTERRUPT BusySessionPolicy = 3
+	// Delivered to that workflow as a signal of type "message"; the call
+	// answers for that workflow.
+	BusySessionPolicy_BUSY_SESSION_POLICY_SIGNAL BusySessionPolicy = 4
+)
+
+// Enum value maps for BusySessionPolicy.
+var (
+	BusySessionPolicy_name = map[int32]string{
+		0: "BUSY_SESSION_POLICY_UNSPECIFIED",
+		1: "BUSY_SESSION_POLICY_REJECT",
+		2: "BUSY_SESSION_POLICY_ENQUEUE",
+		3: "BUSY_SESSION_POLICY_INTERRUPT",
+		4: "BUSY_SESSION_POLICY_SIGNAL",
+	}
+	BusySessionPolicy_value = map[string]int32{
+		"BUSY_SESSION_POLICY_UNSPECIFIED": 0,
+		"BUSY_SESSION_POLICY_REJECT":      1,
+		"BUSY_SESSION_POLICY_ENQUEUE":     2,
+		"BUSY_SESSION_POLICY_INTERRUPT":   3,
+		"BUSY_SESSION_POLICY_SIGNAL":      4,
+	}
+)
+
+func (x BusySessionPolicy) Enum() *BusySessionPolicy {
+	p := new(BusySessionPolicy)
+	*p = x
+	return p
+}
+
+func (x BusySessionPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BusySessionPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_layer0_agent_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (BusySessionPolicy) Type() protoreflect.EnumType {
+	return &file_layer0_agent_v1_agent_proto_enumTypes[1]
+}
+
+func (x BusySessionPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BusySessionPolicy.Descriptor instead.
+func (BusySessionPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // ApprovalPolicy is whether a tool call waits for a person's approval.
 type ApprovalPolicy int32
 
@@ -125,11 +188,11 @@ func (x ApprovalPolicy) String() string {
 }
 
 func (ApprovalPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_layer0_agent_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_layer0_agent_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (ApprovalPolicy) Type() protoreflect.EnumType {
-	return &file_layer0_agent_v1_agent_proto_enumTypes[1]
+	return &file_layer0_agent_v1_agent_proto_enumTypes[2]
 }
 
 func (x ApprovalPolicy) Number() protoreflect.EnumNumber {
@@ -138,7 +201,7 @@ func (x ApprovalPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalPolicy.Descriptor instead.
 func (ApprovalPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // ContextStrategy is how a long conversation is fitted into the model's
@@ -183,11 +246,11 @@ func (x ContextStrategy) String() string {
 }
 
 func (ContextStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_layer0_agent_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_layer0_agent_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (ContextStrategy) Type() protoreflect.EnumType {
-	return &file_layer0_agent_v1_agent_proto_enumTypes[2]
+	return &file_layer0_agent_v1_agent_proto_enumTypes[3]
 }
 
 func (x ContextStrategy) Number() protoreflect.EnumNumber {
@@ -196,7 +259,7 @@ func (x ContextStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextStrategy.Descriptor instead.
 func (ContextStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_layer0_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // Agent is one defined agent.
@@ -323,7 +386,11 @@ type AgentDefinition struct {
 	// How failed operator calls are retried.
 	Retry *RetryPolicy `protobuf:"bytes,13,opt,name=retry,proto3" json:"retry,omitempty"`
 	// Merged into every invocation's metadata; keys of the input win.
-	Metadata      *structpb.Struct `protobuf:"bytes,14,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,14,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// What a message for a session does while a workflow this agent runs
+	// for that session has not ended (OrchestratorService Dispatch and
+	// StartWorkflow with input.session_id).
+	BusySession   BusySessionPolicy `protobuf:"varint,15,opt,name=busy_session,json=busySession,proto3,enum=layer0.agent.v1.BusySessionPolicy" json:"busy_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +521,13 @@ func (x *AgentDefinition) GetMetadata() *structpb.Struct {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *AgentDefinition) GetBusySession() BusySessionPolicy {
+	if x != nil {
+		return x.BusySession
+	}
+	return BusySessionPolicy_BUSY_SESSION_POLICY_UNSPECIFIED
 }
 
 // ModelSettings are the model an agent runs on and how it is sampled.
@@ -1798,7 +1872,7 @@ const file_layer0_agent_v1_agent_proto_rawDesc = "" +
 	"updateTime\x12H\n" +
 	"\n" +
 	"definition\x18\x05 \x01(\v2 .layer0.agent.v1.AgentDefinitionB\x06\xbaH\x03\xc8\x01\x01R\n" +
-	"definition\"\xee\a\n" +
+	"definition\"\xb5\b\n" +
 	"\x0fAgentDefinition\x12*\n" +
 	"\vdescription\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\vdescription\x12q\n" +
 	"\x06labels\x18\x02 \x03(\v2,.layer0.agent.v1.AgentDefinition.LabelsEntryB+\xbaH(\x9a\x01%\x10@\"\x1ar\x18\x10\x01\x18?2\x12^[A-Za-z0-9._/-]+$*\x05r\x03\x18\x80\x02R\x06labels\x12\"\n" +
@@ -1816,7 +1890,8 @@ const file_layer0_agent_v1_agent_proto_rawDesc = "" +
 	"\x06limits\x18\v \x01(\v2\x17.layer0.agent.v1.LimitsR\x06limits\x124\n" +
 	"\x05route\x18\f \x01(\v2\x16.layer0.agent.v1.RouteB\x06\xbaH\x03\xc8\x01\x01R\x05route\x122\n" +
 	"\x05retry\x18\r \x01(\v2\x1c.layer0.agent.v1.RetryPolicyR\x05retry\x123\n" +
-	"\bmetadata\x18\x0e \x01(\v2\x17.google.protobuf.StructR\bmetadata\x1a9\n" +
+	"\bmetadata\x18\x0e \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12E\n" +
+	"\fbusy_session\x18\x0f \x01(\x0e2\".layer0.agent.v1.BusySessionPolicyR\vbusySession\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aa\n" +
@@ -1919,7 +1994,13 @@ const file_layer0_agent_v1_agent_proto_rawDesc = "" +
 	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14REASONING_EFFORT_LOW\x10\x01\x12\x1b\n" +
 	"\x17REASONING_EFFORT_MEDIUM\x10\x02\x12\x19\n" +
-	"\x15REASONING_EFFORT_HIGH\x10\x03*\x81\x01\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x03*\xbc\x01\n" +
+	"\x11BusySessionPolicy\x12#\n" +
+	"\x1fBUSY_SESSION_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aBUSY_SESSION_POLICY_REJECT\x10\x01\x12\x1f\n" +
+	"\x1bBUSY_SESSION_POLICY_ENQUEUE\x10\x02\x12!\n" +
+	"\x1dBUSY_SESSION_POLICY_INTERRUPT\x10\x03\x12\x1e\n" +
+	"\x1aBUSY_SESSION_POLICY_SIGNAL\x10\x04*\x81\x01\n" +
 	"\x0eApprovalPolicy\x12\x1f\n" +
 	"\x1bAPPROVAL_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15APPROVAL_POLICY_NEVER\x10\x01\x12\x1a\n" +
@@ -1952,96 +2033,98 @@ func file_layer0_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_layer0_agent_v1_agent_proto_rawDescData
 }
 
-var file_layer0_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_layer0_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_layer0_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_layer0_agent_v1_agent_proto_goTypes = []any{
 	(ReasoningEffort)(0),          // 0: layer0.agent.v1.ReasoningEffort
-	(ApprovalPolicy)(0),           // 1: layer0.agent.v1.ApprovalPolicy
-	(ContextStrategy)(0),          // 2: layer0.agent.v1.ContextStrategy
-	(*Agent)(nil),                 // 3: layer0.agent.v1.Agent
-	(*AgentDefinition)(nil),       // 4: layer0.agent.v1.AgentDefinition
-	(*ModelSettings)(nil),         // 5: layer0.agent.v1.ModelSettings
-	(*Tools)(nil),                 // 6: layer0.agent.v1.Tools
-	(*McpServer)(nil),             // 7: layer0.agent.v1.McpServer
-	(*StdioTransport)(nil),        // 8: layer0.agent.v1.StdioTransport
-	(*HttpTransport)(nil),         // 9: layer0.agent.v1.HttpTransport
-	(*Delegation)(nil),            // 10: layer0.agent.v1.Delegation
-	(*MemorySettings)(nil),        // 11: layer0.agent.v1.MemorySettings
-	(*Limits)(nil),                // 12: layer0.agent.v1.Limits
-	(*Route)(nil),                 // 13: layer0.agent.v1.Route
-	(*OperatorRoute)(nil),         // 14: layer0.agent.v1.OperatorRoute
-	(*EnvironmentRoute)(nil),      // 15: layer0.agent.v1.EnvironmentRoute
-	(*RetryPolicy)(nil),           // 16: layer0.agent.v1.RetryPolicy
-	(*CreateAgentRequest)(nil),    // 17: layer0.agent.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil),   // 18: layer0.agent.v1.CreateAgentResponse
-	(*GetAgentRequest)(nil),       // 19: layer0.agent.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),      // 20: layer0.agent.v1.GetAgentResponse
-	(*ListAgentsRequest)(nil),     // 21: layer0.agent.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),    // 22: layer0.agent.v1.ListAgentsResponse
-	(*UpdateAgentRequest)(nil),    // 23: layer0.agent.v1.UpdateAgentRequest
-	(*UpdateAgentResponse)(nil),   // 24: layer0.agent.v1.UpdateAgentResponse
-	(*DeleteAgentRequest)(nil),    // 25: layer0.agent.v1.DeleteAgentRequest
-	(*DeleteAgentResponse)(nil),   // 26: layer0.agent.v1.DeleteAgentResponse
-	nil,                           // 27: layer0.agent.v1.AgentDefinition.LabelsEntry
-	nil,                           // 28: layer0.agent.v1.AgentDefinition.ToolApprovalsEntry
-	nil,                           // 29: layer0.agent.v1.ListAgentsRequest.LabelSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 31: google.protobuf.Struct
-	(*v1.Money)(nil),              // 32: layer0.types.v1.Money
-	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
-	(*v11.EnvironmentSpec)(nil),   // 34: layer0.environment.v1.EnvironmentSpec
+	(BusySessionPolicy)(0),        // 1: layer0.agent.v1.BusySessionPolicy
+	(ApprovalPolicy)(0),           // 2: layer0.agent.v1.ApprovalPolicy
+	(ContextStrategy)(0),          // 3: layer0.agent.v1.ContextStrategy
+	(*Agent)(nil),                 // 4: layer0.agent.v1.Agent
+	(*AgentDefinition)(nil),       // 5: layer0.agent.v1.AgentDefinition
+	(*ModelSettings)(nil),         // 6: layer0.agent.v1.ModelSettings
+	(*Tools)(nil),                 // 7: layer0.agent.v1.Tools
+	(*McpServer)(nil),             // 8: layer0.agent.v1.McpServer
+	(*StdioTransport)(nil),        // 9: layer0.agent.v1.StdioTransport
+	(*HttpTransport)(nil),         // 10: layer0.agent.v1.HttpTransport
+	(*Delegation)(nil),            // 11: layer0.agent.v1.Delegation
+	(*MemorySettings)(nil),        // 12: layer0.agent.v1.MemorySettings
+	(*Limits)(nil),                // 13: layer0.agent.v1.Limits
+	(*Route)(nil),                 // 14: layer0.agent.v1.Route
+	(*OperatorRoute)(nil),         // 15: layer0.agent.v1.OperatorRoute
+	(*EnvironmentRoute)(nil),      // 16: layer0.agent.v1.EnvironmentRoute
+	(*RetryPolicy)(nil),           // 17: layer0.agent.v1.RetryPolicy
+	(*CreateAgentRequest)(nil),    // 18: layer0.agent.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),   // 19: layer0.agent.v1.CreateAgentResponse
+	(*GetAgentRequest)(nil),       // 20: layer0.agent.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),      // 21: layer0.agent.v1.GetAgentResponse
+	(*ListAgentsRequest)(nil),     // 22: layer0.agent.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),    // 23: layer0.agent.v1.ListAgentsResponse
+	(*UpdateAgentRequest)(nil),    // 24: layer0.agent.v1.UpdateAgentRequest
+	(*UpdateAgentResponse)(nil),   // 25: layer0.agent.v1.UpdateAgentResponse
+	(*DeleteAgentRequest)(nil),    // 26: layer0.agent.v1.DeleteAgentRequest
+	(*DeleteAgentResponse)(nil),   // 27: layer0.agent.v1.DeleteAgentResponse
+	nil,                           // 28: layer0.agent.v1.AgentDefinition.LabelsEntry
+	nil,                           // 29: layer0.agent.v1.AgentDefinition.ToolApprovalsEntry
+	nil,                           // 30: layer0.agent.v1.ListAgentsRequest.LabelSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 32: google.protobuf.Struct
+	(*v1.Money)(nil),              // 33: layer0.types.v1.Money
+	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
+	(*v11.EnvironmentSpec)(nil),   // 35: layer0.environment.v1.EnvironmentSpec
 }
 var file_layer0_agent_v1_agent_proto_depIdxs = []int32{
-	30, // 0: layer0.agent.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	30, // 1: layer0.agent.v1.Agent.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 2: layer0.agent.v1.Agent.definition:type_name -> layer0.agent.v1.AgentDefinition
-	27, // 3: layer0.agent.v1.AgentDefinition.labels:type_name -> layer0.agent.v1.AgentDefinition.LabelsEntry
-	5,  // 4: layer0.agent.v1.AgentDefinition.model:type_name -> layer0.agent.v1.ModelSettings
-	6,  // 5: layer0.agent.v1.AgentDefinition.tools:type_name -> layer0.agent.v1.Tools
-	28, // 6: layer0.agent.v1.AgentDefinition.tool_approvals:type_name -> layer0.agent.v1.AgentDefinition.ToolApprovalsEntry
-	10, // 7: layer0.agent.v1.AgentDefinition.delegation:type_name -> layer0.agent.v1.Delegation
-	11, // 8: layer0.agent.v1.AgentDefinition.memory:type_name -> layer0.agent.v1.MemorySettings
-	2,  // 9: layer0.agent.v1.AgentDefinition.context_strategy:type_name -> layer0.agent.v1.ContextStrategy
-	12, // 10: layer0.agent.v1.AgentDefinition.limits:type_name -> layer0.agent.v1.Limits
-	13, // 11: layer0.agent.v1.AgentDefinition.route:type_name -> layer0.agent.v1.Route
-	16, // 12: layer0.agent.v1.AgentDefinition.retry:type_name -> layer0.agent.v1.RetryPolicy
-	31, // 13: layer0.agent.v1.AgentDefinition.metadata:type_name -> google.protobuf.Struct
-	0,  // 14: layer0.agent.v1.ModelSettings.reasoning_effort:type_name -> layer0.agent.v1.ReasoningEffort
-	31, // 15: layer0.agent.v1.ModelSettings.output_schema:type_name -> google.protobuf.Struct
-	7,  // 16: layer0.agent.v1.Tools.mcp_servers:type_name -> layer0.agent.v1.McpServer
-	8,  // 17: layer0.agent.v1.McpServer.stdio:type_name -> layer0.agent.v1.StdioTransport
-	9,  // 18: layer0.agent.v1.McpServer.http:type_name -> layer0.agent.v1.HttpTransport
-	32, // 19: layer0.agent.v1.Limits.max_cost:type_name -> layer0.types.v1.Money
-	33, // 20: layer0.agent.v1.Limits.max_duration:type_name -> google.protobuf.Duration
-	32, // 21: layer0.agent.v1.Limits.workflow_budget:type_name -> layer0.types.v1.Money
-	14, // 22: layer0.agent.v1.Route.operator:type_name -> layer0.agent.v1.OperatorRoute
-	15, // 23: layer0.agent.v1.Route.environment:type_name -> layer0.agent.v1.EnvironmentRoute
-	34, // 24: layer0.agent.v1.EnvironmentRoute.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	33, // 25: layer0.agent.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	33, // 26: layer0.agent.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	3,  // 27: layer0.agent.v1.CreateAgentRequest.agent:type_name -> layer0.agent.v1.Agent
-	3,  // 28: layer0.agent.v1.CreateAgentResponse.agent:type_name -> layer0.agent.v1.Agent
-	3,  // 29: layer0.agent.v1.GetAgentResponse.agent:type_name -> layer0.agent.v1.Agent
-	29, // 30: layer0.agent.v1.ListAgentsRequest.label_selector:type_name -> layer0.agent.v1.ListAgentsRequest.LabelSelectorEntry
-	3,  // 31: layer0.agent.v1.ListAgentsResponse.agents:type_name -> layer0.agent.v1.Agent
-	3,  // 32: layer0.agent.v1.UpdateAgentRequest.agent:type_name -> layer0.agent.v1.Agent
-	3,  // 33: layer0.agent.v1.UpdateAgentResponse.agent:type_name -> layer0.agent.v1.Agent
-	1,  // 34: layer0.agent.v1.AgentDefinition.ToolApprovalsEntry.value:type_name -> layer0.agent.v1.ApprovalPolicy
-	17, // 35: layer0.agent.v1.AgentService.CreateAgent:input_type -> layer0.agent.v1.CreateAgentRequest
-	19, // 36: layer0.agent.v1.AgentService.GetAgent:input_type -> layer0.agent.v1.GetAgentRequest
-	21, // 37: layer0.agent.v1.AgentService.ListAgents:input_type -> layer0.agent.v1.ListAgentsRequest
-	23, // 38: layer0.agent.v1.AgentService.UpdateAgent:input_type -> layer0.agent.v1.UpdateAgentRequest
-	25, // 39: layer0.agent.v1.AgentService.DeleteAgent:input_type -> layer0.agent.v1.DeleteAgentRequest
-	18, // 40: layer0.agent.v1.AgentService.CreateAgent:output_type -> layer0.agent.v1.CreateAgentResponse
-	20, // 41: layer0.agent.v1.AgentService.GetAgent:output_type -> layer0.agent.v1.GetAgentResponse
-	22, // 42: layer0.agent.v1.AgentService.ListAgents:output_type -> layer0.agent.v1.ListAgentsResponse
-	24, // 43: layer0.agent.v1.AgentService.UpdateAgent:output_type -> layer0.agent.v1.UpdateAgentResponse
-	26, // 44: layer0.agent.v1.AgentService.DeleteAgent:output_type -> layer0.agent.v1.DeleteAgentResponse
-	40, // [40:45] is the sub-list for method output_type
-	35, // [35:40] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	31, // 0: layer0.agent.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	31, // 1: layer0.agent.v1.Agent.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 2: layer0.agent.v1.Agent.definition:type_name -> layer0.agent.v1.AgentDefinition
+	28, // 3: layer0.agent.v1.AgentDefinition.labels:type_name -> layer0.agent.v1.AgentDefinition.LabelsEntry
+	6,  // 4: layer0.agent.v1.AgentDefinition.model:type_name -> layer0.agent.v1.ModelSettings
+	7,  // 5: layer0.agent.v1.AgentDefinition.tools:type_name -> layer0.agent.v1.Tools
+	29, // 6: layer0.agent.v1.AgentDefinition.tool_approvals:type_name -> layer0.agent.v1.AgentDefinition.ToolApprovalsEntry
+	11, // 7: layer0.agent.v1.AgentDefinition.delegation:type_name -> layer0.agent.v1.Delegation
+	12, // 8: layer0.agent.v1.AgentDefinition.memory:type_name -> layer0.agent.v1.MemorySettings
+	3,  // 9: layer0.agent.v1.AgentDefinition.context_strategy:type_name -> layer0.agent.v1.ContextStrategy
+	13, // 10: layer0.agent.v1.AgentDefinition.limits:type_name -> layer0.agent.v1.Limits
+	14, // 11: layer0.agent.v1.AgentDefinition.route:type_name -> layer0.agent.v1.Route
+	17, // 12: layer0.agent.v1.AgentDefinition.retry:type_name -> layer0.agent.v1.RetryPolicy
+	32, // 13: layer0.agent.v1.AgentDefinition.metadata:type_name -> google.protobuf.Struct
+	1,  // 14: layer0.agent.v1.AgentDefinition.busy_session:type_name -> layer0.agent.v1.BusySessionPolicy
+	0,  // 15: layer0.agent.v1.ModelSettings.reasoning_effort:type_name -> layer0.agent.v1.ReasoningEffort
+	32, // 16: layer0.agent.v1.ModelSettings.output_schema:type_name -> google.protobuf.Struct
+	8,  // 17: layer0.agent.v1.Tools.mcp_servers:type_name -> layer0.agent.v1.McpServer
+	9,  // 18: layer0.agent.v1.McpServer.stdio:type_name -> layer0.agent.v1.StdioTransport
+	10, // 19: layer0.agent.v1.McpServer.http:type_name -> layer0.agent.v1.HttpTransport
+	33, // 20: layer0.agent.v1.Limits.max_cost:type_name -> layer0.types.v1.Money
+	34, // 21: layer0.agent.v1.Limits.max_duration:type_name -> google.protobuf.Duration
+	33, // 22: layer0.agent.v1.Limits.workflow_budget:type_name -> layer0.types.v1.Money
+	15, // 23: layer0.agent.v1.Route.operator:type_name -> layer0.agent.v1.OperatorRoute
+	16, // 24: layer0.agent.v1.Route.environment:type_name -> layer0.agent.v1.EnvironmentRoute
+	35, // 25: layer0.agent.v1.EnvironmentRoute.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	34, // 26: layer0.agent.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	34, // 27: layer0.agent.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	4,  // 28: layer0.agent.v1.CreateAgentRequest.agent:type_name -> layer0.agent.v1.Agent
+	4,  // 29: layer0.agent.v1.CreateAgentResponse.agent:type_name -> layer0.agent.v1.Agent
+	4,  // 30: layer0.agent.v1.GetAgentResponse.agent:type_name -> layer0.agent.v1.Agent
+	30, // 31: layer0.agent.v1.ListAgentsRequest.label_selector:type_name -> layer0.agent.v1.ListAgentsRequest.LabelSelectorEntry
+	4,  // 32: layer0.agent.v1.ListAgentsResponse.agents:type_name -> layer0.agent.v1.Agent
+	4,  // 33: layer0.agent.v1.UpdateAgentRequest.agent:type_name -> layer0.agent.v1.Agent
+	4,  // 34: layer0.agent.v1.UpdateAgentResponse.agent:type_name -> layer0.agent.v1.Agent
+	2,  // 35: layer0.agent.v1.AgentDefinition.ToolApprovalsEntry.value:type_name -> layer0.agent.v1.ApprovalPolicy
+	18, // 36: layer0.agent.v1.AgentService.CreateAgent:input_type -> layer0.agent.v1.CreateAgentRequest
+	20, // 37: layer0.agent.v1.AgentService.GetAgent:input_type -> layer0.agent.v1.GetAgentRequest
+	22, // 38: layer0.agent.v1.AgentService.ListAgents:input_type -> layer0.agent.v1.ListAgentsRequest
+	24, // 39: layer0.agent.v1.AgentService.UpdateAgent:input_type -> layer0.agent.v1.UpdateAgentRequest
+	26, // 40: layer0.agent.v1.AgentService.DeleteAgent:input_type -> layer0.agent.v1.DeleteAgentRequest
+	19, // 41: layer0.agent.v1.AgentService.CreateAgent:output_type -> layer0.agent.v1.CreateAgentResponse
+	21, // 42: layer0.agent.v1.AgentService.GetAgent:output_type -> layer0.agent.v1.GetAgentResponse
+	23, // 43: layer0.agent.v1.AgentService.ListAgents:output_type -> layer0.agent.v1.ListAgentsResponse
+	25, // 44: layer0.agent.v1.AgentService.UpdateAgent:output_type -> layer0.agent.v1.UpdateAgentResponse
+	27, // 45: layer0.agent.v1.AgentService.DeleteAgent:output_type -> layer0.agent.v1.DeleteAgentResponse
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_layer0_agent_v1_agent_proto_init() }
@@ -2066,7 +2149,7 @@ func file_layer0_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_agent_v1_agent_proto_rawDesc), len(file_layer0_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
