@@ -200,7 +200,7 @@ async function startForm() {
 async function workflowPage(id) {
   const head = h('section', { 'aria-labelledby': 'h-summary' });
   const approvals = h('section', { 'aria-labelledby': 'h-approvals', id: 'approvals' });
-  const liveBox = h('pre', { class: 'stream', id: 'live-text', 'aria-live': 'polite', 'aria-label': 'Live output' });
+  const liveBox = h('pre', { class: 'stream', id: 'live-text', 'aria-live': 'polite' });
   const liveTools = h('ul', { class: 'tools', id: 'live-tools' });
   const steps = h('section', { 'aria-labelledby': 'h-steps' });
   const tree = h('section', { 'aria-labelledby': 'h-tree' });
@@ -309,7 +309,7 @@ async function workflowPage(id) {
         const out = s.output || {};
         const md = out.metadata || {};
         const dur = ms(s.endTime) - ms(s.startTime);
-        return h('li', { style: undefined, class: `step depth-${Math.min(s.depth || 0, 5)}` },
+        return h('li', { class: `step depth-${Math.min(s.depth || 0, 5)}` },
           h('details', {},
             h('summary', {}, h('strong', {}, `#${s.step} ${s.agentId}`),
               ` · ${triggerName(s.input && s.input.trigger)} → ${s.error ? 'error' : exitName(out.exitReason)}`,
@@ -317,8 +317,8 @@ async function workflowPage(id) {
             h('h3', {}, 'Input'), h('pre', {}, textOf(s.input && s.input.message) || json(s.input)),
             (s.toolCalls || []).length ? [h('h3', {}, 'Tool calls'), h('ul', { class: 'tools' }, s.toolCalls.map((t) => h('li', {},
               h('code', {}, t.name), t.isError ? h('span', { class: 'error' }, ' failed') : null, ` (${fmtDuration(protoDuration(t.duration))})`,
-              h('pre', { 'aria-label': 'tool input' }, json(t.input ?? null)),
-              h('pre', { 'aria-label': 'tool result', class: 'result' }, t.result || '', t.truncated ? `\n… (${t.resultBytes} bytes in all)` : ''))))] : null,
+              h('div', { class: 'muted' }, 'input'), h('pre', {}, json(t.input ?? null)),
+              h('div', { class: 'muted' }, 'result'), h('pre', { class: 'result' }, t.result || '', t.truncated ? `\n… (${t.resultBytes} bytes in all)` : ''))))] : null,
             h('h3', {}, 'Output'), h('pre', { class: 'result' }, s.error ? (s.error.message || json(s.error)) : textOf(out.message)),
             (out.effects || []).length ? [h('h3', {}, 'Effects'), h('pre', {}, json(out.effects))] : null,
             md.model ? h('p', { class: 'muted' }, `model ${md.model}, ${md.tokensIn || 0} tokens in, ${md.tokensOut || 0} out`) : null));
