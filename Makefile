@@ -41,13 +41,15 @@ lint: ## go vet, gofmt, buf lint, buf format, buf breaking (against main).
 test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker.io, etcd, curl, Python gRPC, protoc; into ~/.cache/neuron: kube-apiserver, the Temporal CLI, grpcurl, the Node gRPC modules).
 	bash scripts/test-deps.sh
 	bash scripts/client-deps.sh
+	bash scripts/browser-deps.sh
 
 # The commands tests run as processes. make test builds them first, so
 # that no test's clock and no package's -timeout includes a build on a
 # cold machine (internal/testenv.PrebuiltEnv).
 TEST_BINARIES := ./cmd/neuron ./services/state/cmd/state ./services/operator/cmd/operator \
 	./services/orchestrator/cmd/orchestrator ./services/environment/cmd/environment \
-	./services/environment/testdata/bridgeclient ./services/environment/docker/internal/probe
+	./services/environment/testdata/bridgeclient ./services/environment/docker/internal/probe \
+	./services/console/cmd/console
 TEST_BIN := $(CURDIR)/$(BIN)/test
 
 .PHONY: test
