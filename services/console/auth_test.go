@@ -317,6 +317,16 @@ func TestDevHostCheck(t *testing.T) {
 			t.Errorf("Host %s: %s, want %d", host, resp.Status, want)
 		}
 	}
+	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/healthz", nil)
+	req.Host = "10.0.0.7:7080" // the kubelet's probe, by pod IP
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz by pod IP: %s, want 200", resp.Status)
+	}
 	code, body := call(t, hs.URL, http.MethodPost, "/api/workflows/x/cancel", nil, map[string]string{"Origin": hs.URL}, `{}`)
 	if code != http.StatusForbidden || body["code"] != "CSRF" {
 		t.Fatalf("dev POST without the CSRF token: %d %v, want 403 CSRF", code, body)

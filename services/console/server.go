@@ -124,6 +124,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		// The kubelet's probe, by pod IP: before the Host check, and
+		// nothing but "ok" (the services have health checks of their own).
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
 	if s.opts.Dev && !loopbackHost(r.Host) {
 		// Dev mode acts without a login: answer only names of this
 		// machine, so a page whose DNS name was rebound to 127.0.0.1
