@@ -58,7 +58,19 @@ type Agent struct {
 	// Description and Labels describe the agent to people (AgentService).
 	Description string
 	Labels      map[string]string
+	// BusySession is what a message for a session does while a workflow
+	// of this agent for that session has not ended: "" (start another,
+	// side by side), or one of the Busy* policies.
+	BusySession string
 }
+
+// Busy-session policies (Agent.BusySession).
+const (
+	BusyReject    = "reject"
+	BusyEnqueue   = "enqueue"
+	BusyInterrupt = "interrupt"
+	BusySignal    = "signal"
+)
 
 // AgentSource is where engines find the agents they dispatch: a YAML
 // Registry, or the definitions kept in the State service
@@ -289,8 +301,8 @@ func LoadRegistry(path string) (*Registry, error) {
 //     nor write their session's conversation history (default true).
 //   - memory_scopes: the State scopes the agent's memory tools
 //     (search_memory, read_memory) may read: session, workflow, agent,
-//     global or custom:NAME; absent: its invocations' own (session,
-//     workflow, agent).
+//     global (a stored definition's memory.readable_scopes); absent: its
+//     invocations' own (session, workflow, agent).
 //   - context_strategy: compact (summarise older turns), truncate (drop
 //     them) or none (a conversation that does not fit fails); absent: the
 //     operator's --compaction.
@@ -468,6 +480,7 @@ type agentEntry struct {
 	Description   *string           `json:"description"`
 	Labels        map[string]string `json:"labels"`
 	AllowedAgents []string          `json:"allowed_agents"` // [] is non-nil: none
+	BusySession   *string           `json:"busy_session"`
 }
 
 type retryEntry struct {
@@ -631,6 +644,9 @@ func mergeEntries(def, e agentEntry) agentEntry {
 	if m.AllowedAgents == nil {
 		m.AllowedAgents = def.AllowedAgents
 	}
+	if m.BusySession == nil {
+		m.BusySession = def.BusySession
+	}
 	if def.Retry != nil {
 		r := *def.Retry
 		if e.Retry != nil {
@@ -721,11 +737,8 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 		d.SessionHistory = proto.Bool(*e.SessionHist)
 	}
 	for i, s := range e.MemoryScopes {
-		switch {
-		case s == "session", s == "workflow", s == "agent", s == "global":
-		case strings.HasPrefix(s, "custom:") && len(s) > len("custom:") && len(s) <= 300:
-		default:
-			return nil, p.errorf(where, "memory_scopes[%d] %q: want session, workflow, agent, global or custom:NAME", i, s)
+		if !slices.Contains([]string{"session", "workflow", "agent", "global"}, s) || slices.Index(e.MemoryScopes, s) != i {
+			return nil, p.errorf(where, "memory_scopes[%d] %q: want session, workflow, agent or global, each once", i, s)
 		}
 	}
 	d.MemoryScopes = slices.Clone(e.MemoryScopes)
@@ -770,6 +783,14 @@ func (p *registryParser) agent(e agentEntry, where string, isDefaults bool) (*Ag
 	}
 	if e.AllowedAgents != nil {
 		a.Restricted, a.AllowedAgents = true, append([]string{}, e.AllowedAgents...)
+	}
+	if e.BusySession != nil {
+		switch *e.BusySession {
+		case BusyReject, BusyEnqueue, BusyInterrupt, BusySignal:
+			a.BusySession = *e.BusySession
+		default:
+			return nil, p.errorf(where, "busy_session %q: want reject, enqueue, interrupt or signal (leave it out to run messages side by side)", *e.BusySession)
+		}
 	}
 	return a, nil
 }

@@ -86,6 +86,7 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	if m := d.GetMemory(); m != nil && m.SessionHistory != nil {
 		def.SessionHistory = proto.Bool(m.GetSessionHistory())
 	}
+	def.MemoryScopes = slices.Clone(d.GetMemory().GetReadableScopes())
 	def.ContextStrategy = ContextStrategy(d.GetContextStrategy())
 	for tool, p := range d.GetToolApprovals() {
 		if def.ToolApprovals == nil {
@@ -212,8 +213,8 @@ func FromAgent(a *orchestrator.Agent) *agentv1.Agent {
 		}
 		d.Tools = t
 	}
-	if def.SearchableHistory || def.SessionHistory != nil {
-		d.Memory = &agentv1.MemorySettings{SearchableHistory: def.SearchableHistory}
+	if def.SearchableHistory || def.SessionHistory != nil || len(def.MemoryScopes) > 0 {
+		d.Memory = &agentv1.MemorySettings{SearchableHistory: def.SearchableHistory, ReadableScopes: slices.Clone(def.MemoryScopes)}
 		if def.SessionHistory != nil {
 			d.Memory.SessionHistory = proto.Bool(*def.SessionHistory)
 		}
