@@ -53,8 +53,8 @@ func TestConformance(t *testing.T) {
 	})
 	envAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
 		return environment.Run(ctx, environment.Config{
-			Server:   grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
-			Log:      harness.Quiet(), Listener: lis, Backend: "local",
+			Server: grpcserver.Config{Name: "environment", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:    harness.Quiet(), Listener: lis, Backend: "local",
 			Operator: grpcclient.Config{Target: opAddr, Dev: true, Plaintext: true, Timeout: time.Minute},
 		})
 	})
