@@ -156,6 +156,9 @@ func Run(ctx context.Context, cfg Config) error {
 	public := strings.TrimSuffix(cfg.PublicURL, "/")
 	if public == "" {
 		public = "http://" + hlis.Addr().String()
+		if !cfg.Server.Dev && cfg.Server.TLSCert != "" {
+			public = "https://" + hlis.Addr().String()
+		}
 	}
 	grpcAddr := cfg.PublicGRPCAddr
 	if grpcAddr == "" {
@@ -171,8 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 	h := &httpServer{g: g, policy: policy, public: public, grpcAddr: grpcAddr, defaultAgent: cfg.DefaultAgent, log: log, state: state}
 	hs := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
 	herr := make(chan error, 1)
-	go func() { herr <- hs.Serve(hlis) }()
-	log.Info("HTTP SERVING", "addr", hlis.Addr().String(), "public_url", public)
+	tlsOn := !cfg.Server.Dev && cfg.Server.TLSCert != ""
+	go func() {
+		if tlsOn { // the HTTP endpoints carry bearer tokens: HTTPS with the gRPC server's certificate
+			herr <- hs.ServeTLS(hlis, cfg.Server.TLSCert, cfg.Server.TLSKey)
+			return
+		}
+		herr <- hs.Serve(hlis)
+	}()
+	log.Info("HTTP SERVING", "addr", hlis.Addr().String(), "public_url", public, "tls", tlsOn)
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr().String(), hlis.Addr().String())
 	}
