@@ -274,6 +274,21 @@ func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *p
 		return nil, err
 	}
 	scrubber := inv.scrubber
+	if inv.Workspace != nil {
+		// Runs of one workspace take turns: each finds what the last
+		// one left. The wait is bounded by the run's own timeout, and
+		// the run's time starts once it has the workspace.
+		wctx, wcancel := context.WithTimeout(ctx, inv.Timeout)
+		unlock, err := s.cfg.Workspaces.Lock(wctx, inv.Workspace.Name)
+		wcancel()
+		if err != nil && ctx.Err() != nil {
+			return nil, s.scrubError(scrubber, ctx.Err()) // the caller gave up
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%v; retry once the other run of the workspace has ended: %w", err, errs.Unavailable)
+		}
+		defer unlock()
+	}
 
 	// The backend enforces inv.Timeout itself and reports it; this
 	// context is only a safety net against a backend that hangs. A
@@ -285,15 +300,6 @@ func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *p
 	defer cancel()
 	if q != nil {
 		inv.Progress = newProgress(s.cfg.Progress, scrubber, q, stop, inv.Log)
-	}
-	if inv.Workspace != nil {
-		// Runs of one workspace take turns: each finds what the last
-		// one left.
-		unlock, err := s.cfg.Workspaces.Lock(ctx, inv.Workspace.Name)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
 	}
 	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials), "stream", q != nil)
 	res, err := backend.Run(ctx, inv)
