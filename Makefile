@@ -49,7 +49,7 @@ test-deps: ## Install what the tests use beyond Go when missing (apt-get: docker
 TEST_BINARIES := ./cmd/neuron ./services/state/cmd/state ./services/operator/cmd/operator \
 	./services/orchestrator/cmd/orchestrator ./services/environment/cmd/environment \
 	./services/environment/testdata/bridgeclient ./services/environment/docker/internal/probe \
-	./services/console/cmd/console
+	./services/console/cmd/console ./services/gateway/cmd/gateway
 TEST_BIN := $(CURDIR)/$(BIN)/test
 
 .PHONY: test
