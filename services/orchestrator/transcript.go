@@ -2,15 +2,19 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -141,16 +145,220 @@ func (r *Recorder) write(ctx context.Context, wf string, rec *orchestratorv1.Tra
 
 // WriteTranscript stores one step's transcript entry, unindexed.
 func WriteTranscript(ctx context.Context, state statev1.StateServiceClient, wf string, rec *orchestratorv1.TranscriptStep) error {
-	b, err := protojson.Marshal(rec)
+	v, err := valueOf(rec.ProtoReflect())
 	if err != nil {
-		return fmt.Errorf("encode the transcript of step %d: %v: %w", rec.Step, err, errs.Internal)
-	}
-	v := &structpb.Value{}
-	if err := protojson.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("encode the transcript of step %d: %v: %w", rec.Step, err, errs.Internal)
 	}
 	_, err = state.Write(ctx, &statev1.WriteRequest{Scope: scope.Workflow(wf), Key: TranscriptKey(rec.Step), Value: v, Unindexed: true})
 	return errs.FromGRPC(err)
+}
+
+// valueOf returns m as the google.protobuf.Value that protojson's
+// encoding of m (default options) decodes to, built directly from the
+// message instead of through JSON text: the transcript entry is written
+// once per operator call, and the text round trip was most of its cost
+// in the orchestrator. Struct, Value and ListValue fields are shared,
+// not copied; Any and FieldMask, which the transcript's messages do not
+// hold, go through protojson. It fails where protojson would: invalid
+// UTF-8, a Timestamp or Duration out of range, a Value without a kind or
+// with a number JSON cannot hold.
+func valueOf(m protoreflect.Message) (*structpb.Value, error) {
+	switch m.Descriptor().FullName() {
+	case "google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue",
+		"google.protobuf.Timestamp", "google.protobuf.Duration":
+		return knownValue(m)
+	case "google.protobuf.Empty":
+		return structpb.NewStructValue(&structpb.Struct{}), nil
+	case "google.protobuf.BoolValue", "google.protobuf.StringValue", "google.protobuf.BytesValue",
+		"google.protobuf.Int32Value", "google.protobuf.UInt32Value", "google.protobuf.Int64Value",
+		"google.protobuf.UInt64Value", "google.protobuf.FloatValue", "google.protobuf.DoubleValue":
+		fd := m.Descriptor().Fields().ByNumber(1)
+		return singularValue(m.Get(fd), fd)
+	case "google.protobuf.Any", "google.protobuf.FieldMask":
+		return viaJSON(m)
+	}
+	fields := map[string]*structpb.Value{}
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		var x *structpb.Value
+		switch {
+		case fd.IsList():
+			l := v.List()
+			vs := make([]*structpb.Value, l.Len())
+			for i := range vs {
+				if vs[i], err = singularValue(l.Get(i), fd); err != nil {
+					return false
+				}
+			}
+			x = structpb.NewListValue(&structpb.ListValue{Values: vs})
+		case fd.IsMap():
+			s := &structpb.Struct{Fields: make(map[string]*structpb.Value, v.Map().Len())}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				s.Fields[k.String()], err = singularValue(mv, fd.MapValue())
+				return err == nil
+			})
+			x = structpb.NewStructValue(s)
+		default:
+			x, err = singularValue(v, fd)
+		}
+		if err != nil {
+			return false
+		}
+		name := fd.JSONName()
+		if fd.IsExtension() {
+			name = "[" + string(fd.FullName()) + "]"
+		}
+		fields[name] = x
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return structpb.NewStructValue(&structpb.Struct{Fields: fields}), nil
+}
+
+// singularValue is one value of field fd as protojson writes it.
+func singularValue(v protoreflect.Value, fd protoreflect.FieldDescriptor) (*structpb.Value, error) {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return structpb.NewBoolValue(v.Bool()), nil
+	case protoreflect.StringKind:
+		if !utf8.ValidString(v.String()) {
+			return nil, fmt.Errorf("field %s: invalid UTF-8", fd.FullName())
+		}
+		return structpb.NewStringValue(v.String()), nil
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return structpb.NewNumberValue(float64(v.Int())), nil
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return structpb.NewNumberValue(float64(v.Uint())), nil
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return structpb.NewStringValue(strconv.FormatInt(v.Int(), 10)), nil
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return structpb.NewStringValue(strconv.FormatUint(v.Uint(), 10)), nil
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		f, bits := v.Float(), 64
+		if fd.Kind() == protoreflect.FloatKind {
+			bits = 32
+		}
+		switch {
+		case math.IsNaN(f):
+			return structpb.NewStringValue("NaN"), nil
+		case math.IsInf(f, 1):
+			return structpb.NewStringValue("Infinity"), nil
+		case math.IsInf(f, -1):
+			return structpb.NewStringValue("-Infinity"), nil
+		case bits == 32: // the value JSON's shortest float32 text reads back as
+			f, _ = strconv.ParseFloat(strconv.FormatFloat(f, 'g', -1, 32), 64)
+		}
+		return structpb.NewNumberValue(f), nil
+	case protoreflect.BytesKind:
+		return structpb.NewStringValue(base64.StdEncoding.EncodeToString(v.Bytes())), nil
+	case protoreflect.EnumKind:
+		if fd.Enum().FullName() == "google.protobuf.NullValue" {
+			return structpb.NewNullValue(), nil
+		}
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return structpb.NewStringValue(string(ev.Name())), nil
+		}
+		return structpb.NewNumberValue(float64(v.Enum())), nil
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return valueOf(v.Message())
+	}
+	return nil, fmt.Errorf("field %s: kind %v", fd.FullName(), fd.Kind())
+}
+
+// checkValue fails for what protojson refuses in a Value: no kind, a
+// number that is not finite, invalid UTF-8.
+func checkValue(v *structpb.Value) error {
+	switch k := v.GetKind().(type) {
+	case nil:
+		return errors.New("google.protobuf.Value: none of the oneof fields is set")
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			return fmt.Errorf("google.protobuf.Value: invalid %v number", k.NumberValue)
+		}
+	case *structpb.Value_StringValue:
+		if !utf8.ValidString(k.StringValue) {
+			return errors.New("google.protobuf.Value: invalid UTF-8")
+		}
+	case *structpb.Value_StructValue:
+		for key, f := range k.StructValue.GetFields() {
+			if !utf8.ValidString(key) {
+				return errors.New("google.protobuf.Struct: invalid UTF-8 in a key")
+			}
+			if err := checkValue(f); err != nil {
+				return err
+			}
+		}
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if err := checkValue(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// knownValue is a Value, Struct, ListValue, Timestamp or Duration as
+// protojson writes it; one that is not the generated type (a dynamic
+// message) goes through protojson.
+func knownValue(m protoreflect.Message) (*structpb.Value, error) {
+	switch x := m.Interface().(type) {
+	case *structpb.Value:
+		return x, checkValue(x)
+	case *structpb.Struct:
+		v := structpb.NewStructValue(x)
+		return v, checkValue(v)
+	case *structpb.ListValue:
+		v := structpb.NewListValue(x)
+		return v, checkValue(v)
+	case *timestamppb.Timestamp:
+		return timestampValue(x)
+	case *durationpb.Duration:
+		return durationValue(x)
+	}
+	return viaJSON(m)
+}
+
+// viaJSON is valueOf through protojson's text.
+func viaJSON(m protoreflect.Message) (*structpb.Value, error) {
+	b, err := protojson.Marshal(m.Interface())
+	if err != nil {
+		return nil, err
+	}
+	v := &structpb.Value{}
+	return v, protojson.Unmarshal(b, v)
+}
+
+// timestampValue is a Timestamp as protojson writes it: RFC 3339 in UTC
+// with 0, 3, 6 or 9 fractional digits.
+func timestampValue(t *timestamppb.Timestamp) (*structpb.Value, error) {
+	if err := t.CheckValid(); err != nil {
+		return nil, err
+	}
+	x := t.AsTime().Format("2006-01-02T15:04:05.000000000")
+	x = strings.TrimSuffix(x, "000")
+	x = strings.TrimSuffix(x, "000")
+	x = strings.TrimSuffix(x, ".000")
+	return structpb.NewStringValue(x + "Z"), nil
+}
+
+// durationValue is a Duration as protojson writes it: seconds with 0,
+// 3, 6 or 9 fractional digits, then "s".
+func durationValue(d *durationpb.Duration) (*structpb.Value, error) {
+	if err := d.CheckValid(); err != nil {
+		return nil, err
+	}
+	secs, nanos, sign := d.GetSeconds(), int64(d.GetNanos()), ""
+	if secs < 0 || nanos < 0 {
+		sign, secs, nanos = "-", -secs, -nanos
+	}
+	x := fmt.Sprintf("%s%d.%09d", sign, secs, nanos)
+	x = strings.TrimSuffix(x, "000")
+	x = strings.TrimSuffix(x, "000")
+	x = strings.TrimSuffix(x, ".000")
+	return structpb.NewStringValue(x + "s"), nil
 }
 
 // toolLog collects a call's tool calls from its progress.
