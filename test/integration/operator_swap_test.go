@@ -21,6 +21,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/testenv"
+	envconformance "github.com/secbear/neuron/pkg/conformance/environment"
 	conformance "github.com/secbear/neuron/pkg/conformance/operator"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/scope"
@@ -252,7 +253,9 @@ const environmentService = "layer0.environment.v1.EnvironmentService"
 // State service, the operator and the orchestrator keep running, the
 // environment service is stopped and the same binary takes its address
 // with the local backend, which only forwards each Run to the running
-// operator service. The memory-writing workflow passes before and after.
+// operator service. The memory-writing workflow passes before and after,
+// and so does the environment conformance suite, with resource limits
+// enforced on the process backend and refused on the local one.
 func TestSwapEnvironmentToLocal(t *testing.T) {
 	bins := binaries(t)
 	dir := t.TempDir()
@@ -276,6 +279,9 @@ func TestSwapEnvironmentToLocal(t *testing.T) {
 	sandboxed := newMemoryWorkflow(t, "process-backend")
 	sandboxed.run(t, oc, sc)
 	t.Logf("workflow %s ran through the environment service's process backend at %s", sandboxed.id, envAddr)
+	t.Run("ProcessConformance", func(t *testing.T) {
+		envconformance.Run(t, envconformance.Target{Conn: dial(t, envAddr), Unsupported: []string{"gvisor", "microvm", "wasm"}, EnforcesLimits: true})
+	})
 
 	process.stopClean(t)
 	local := startProc(t, "environment (local)", []string{bins["environment"], "--dev", "--addr", envAddr,
@@ -292,4 +298,7 @@ func TestSwapEnvironmentToLocal(t *testing.T) {
 	forwarded := newMemoryWorkflow(t, "local-backend")
 	forwarded.run(t, oc, sc)
 	t.Logf("after the swap, workflow %s ran through the local backend forwarding to the operator at %s", forwarded.id, op.addr)
+	t.Run("LocalConformance", func(t *testing.T) {
+		envconformance.Run(t, envconformance.Target{Conn: dial(t, envAddr), Unsupported: []string{"process", "container", "gvisor", "microvm", "wasm"}})
+	})
 }
