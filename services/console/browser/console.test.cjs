@@ -149,13 +149,15 @@ async function tabTo(page, pred, n = 60) {
     await page.locator('#wf-status').getByText('completed').waitFor();
     const cost = await page.locator('#wf-cost').innerText();
     if (!/^\$\d/.test(cost)) throw new Error(`no cost shown: ${cost}`);
-    await page.locator('#steps').getByText(agent).first().waitFor();
-    // The transcript shows the tool call with its input and result.
-    await page.locator('#steps details').last().evaluate((d) => { d.open = true; });
-    const steps = await page.locator('#steps').innerText();
-    for (const want of ['write', 'notes.md', 'The notes are written.']) {
-      if (!steps.includes(want)) throw new Error(`the steps lack ${want}: ${steps}`);
-    }
+    // The transcript shows the tool call with its input and result (in
+    // the steps' closed details; the page reloads it after the end).
+    const wants = ['1 tool call(s)', 'write', 'notes.md', 'hello notes', 'The notes are written.'];
+    await page.waitForFunction((w) => {
+      const el = document.querySelector('#steps');
+      return el && w.every((x) => el.textContent.includes(x));
+    }, wants).catch(async () => {
+      throw new Error(`the steps lack one of ${wants}: ${await page.locator('#steps').textContent()}`);
+    });
     await shot(page, 'workflow-completed');
 
     step('workflows list shows it completed');
