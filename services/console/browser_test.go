@@ -170,6 +170,17 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("neuron up did not print the console's URL:\n%s", output())
 	}
 
+	// A second console of the same services outside dev mode, for the
+	// login path (the dev services take any token).
+	loginAddr := freeAddr(t)
+	login := exec.Command(filepath.Join(bin, "console"), "--addr", loginAddr, "--plaintext",
+		"--orchestrator-addr", addrs[0], "--state-addr", addrs[2], "--log-format", "text")
+	login.Env = cleanEnv()
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = login.Process.Signal(syscall.SIGTERM); _ = login.Wait() })
+
 	art := artifactsDir(t)
 	if err := os.MkdirAll(art, 0o755); err != nil {
 		t.Fatal(err)
@@ -177,12 +188,23 @@ func TestBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(repoRoot(t), "services", "console", "browser", "console.test.cjs"))
-	cmd.Env = append(cleanEnv(), "CONSOLE_URL="+url, "OPERATOR_ADDR="+addrs[1], "ARTIFACTS="+art, "NODE_PATH="+modules)
+	cmd.Env = append(cleanEnv(), "CONSOLE_URL="+url, "LOGIN_URL=http://"+loginAddr, "OPERATOR_ADDR="+addrs[1], "ARTIFACTS="+art, "NODE_PATH="+modules)
 	res, err := cmd.CombinedOutput()
 	t.Logf("console.test.cjs (screenshots in %s):\n%s", art, res)
 	if err != nil || !strings.Contains(string(res), "PASS") {
 		t.Fatalf("the browser test failed: %v\nneuron up:\n%s", err, output())
 	}
+}
+
+// freeAddr is a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // startUp starts neuron up; the cleanup stops it with SIGTERM.

@@ -200,6 +200,28 @@ async function tabTo(page, pred, n = 60) {
     await page.locator('#wf-result').getByText('The notes are written.').waitFor();
     await shot(page, 'keyboard-approved');
 
+    if (process.env.LOGIN_URL) {
+      step('login: a console outside dev mode asks for a token, keeps a Secure HttpOnly SameSite=Strict cookie');
+      const login = process.env.LOGIN_URL.replace(/\/$/, '');
+      await page.goto(`${login}/`);
+      await page.waitForURL(/\/login$/);
+      await shot(page, 'login');
+      await axe(page, 'login');
+      await page.fill('#token', 'a-token');
+      await page.keyboard.press('Enter');
+      await page.getByRole('heading', { name: 'Workflows', exact: true }).waitFor();
+      const cookies = await ctx.cookies(login);
+      const c = cookies.find((x) => x.name === '__Host-neuron-console');
+      if (!c || !c.secure || !c.httpOnly || c.sameSite !== 'Strict') throw new Error(`session cookie ${JSON.stringify(cookies)}`);
+      // A state-changing call from the page (with its CSRF token) works.
+      await page.goto(`${login}/#/agents/${agent}`);
+      await page.click('#save-agent');
+      await page.locator('#agent-rev').getByText('Saved: revision').waitFor();
+      await page.getByText('Log out').click();
+      await page.waitForURL(/\/login$/);
+      if ((await ctx.cookies(login)).some((x) => x.name === '__Host-neuron-console' && x.value)) throw new Error('the cookie outlived the logout');
+    }
+
     if (errors.length) throw new Error(`the page logged errors: ${errors.join('; ')}`);
     console.log('PASS');
   } catch (err) {
