@@ -101,6 +101,29 @@ type Persistent interface {
 	PersistentWorkspaces() bool
 }
 
+// Executor is implemented by backends that run the commands of sandbox
+// sessions (CreateSandbox, Exec): Exec runs argv with stdin under the
+// isolation Run gives an invocation, in inv.Workspace (the session's,
+// loaded before and stored after). A command that ran is a result, how
+// ever it ended; an error means it could not run.
+type Executor interface {
+	Exec(ctx context.Context, inv *Invocation, argv []string, stdin []byte) (*ExecResult, error)
+}
+
+// ExecResult is how a sandbox command ended and what it wrote (each
+// stream capped at the invocation's MaxOutputBytes).
+type ExecResult struct {
+	Stdout, Stderr []byte
+	// Code is the exit code, -1 when a signal ended it.
+	Code int
+	// Signal is the signal that ended it, e.g. "SIGKILL".
+	Signal string
+	// TimedOut: it ran past the invocation's timeout.
+	TimedOut bool
+	// LimitsHit are the limits it ran into.
+	LimitsHit []string
+}
+
 // Workspace is the workspace that lasts of one invocation.
 type Workspace struct {
 	// Name is the workspace's name, e.g. "workflow-demo-1".

@@ -96,6 +96,8 @@ type Server struct {
 	// running holds one token per invocation in progress; its capacity
 	// is cfg.MaxConcurrent.
 	running chan struct{}
+	// sb are the sandbox sessions (CreateSandbox).
+	sb sandboxes
 }
 
 // NewServer checks cfg and returns the server.

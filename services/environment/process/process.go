@@ -483,3 +483,110 @@ func sweep(dir string, log *slog.Logger) int {
 	}
 	return n
 }
+
+// Exec implements environment.Executor: it runs argv, a command of a
+// sandbox session, under the isolation Run gives the operator (its own
+// uid, private root, seccomp, Landlock, namespaces, cgroup, rlimits, a
+// size-capped tmpfs workspace loaded from and stored back to the
+// session's workspace), with stdin as its standard input. Only the
+// state bridge and the progress socket are left out: they serve the
+// operator.
+func (b *Backend) Exec(ctx context.Context, inv *environment.Invocation, argv []string, stdin []byte) (*environment.ExecResult, error) {
+	if inv.Workspace == nil {
+		return nil, fmt.Errorf("a sandbox command needs its session's workspace: %w", errs.Internal)
+	}
+	dir := filepath.Join(b.cfg.WorkDir, inv.ID)
+	ws := filepath.Join(dir, "workspace")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the command's workspace: %v: %w", err, errs.Retryable)
+	}
+	defer os.RemoveAll(dir)
+	ids := newIDs()
+	disk := inv.Limits.DiskBytes
+	if disk == 0 {
+		disk = b.cfg.DiskBytes
+	}
+	unmount, err := mountWorkspace(ws, disk, ids)
+	if err != nil {
+		return nil, fmt.Errorf("mounting the command's workspace: %v: %w", err, errs.Retryable)
+	}
+	defer unmount()
+	if err := inv.Workspace.Load(ws, int(ids.UID), int(ids.GID)); err != nil {
+		return nil, fmt.Errorf("loading workspace %s: %w", inv.Workspace.Name, err)
+	}
+	if !strings.Contains(argv[0], "/") {
+		p, ok := lookPath(argv[0])
+		if !ok {
+			return nil, fmt.Errorf("command %q is not in the sandbox's PATH (/usr/local/bin:/usr/bin:/bin): %w", argv[0], errs.NotFound)
+		}
+		argv = append([]string{p}, argv[1:]...)
+	}
+	env := append(sandbox.DefaultEnv(ws), environment.CredentialEnv(inv.Credentials)...)
+	var sockets []string
+	if inv.Egress != nil {
+		sock := filepath.Join(dir, "egress.sock")
+		stop, err := inv.Egress(sock)
+		if err != nil {
+			return nil, fmt.Errorf("starting the egress proxy: %v: %w", err, errs.Retryable)
+		}
+		defer stop()
+		env = append(env, "NEURON_EGRESS_SOCKET="+sock)
+		sockets = append(sockets, sock)
+	}
+	lim := inv.Limits
+	policy := sandbox.Policy{
+		Workspace:  ws,
+		ReadOnly:   b.cfg.ReadOnly,
+		ReadWrite:  sockets,
+		RunAs:      &ids,
+		Env:        env,
+		PrivateTmp: true,
+		Timeout:    inv.Timeout,
+		MaxOutput:  int(min(lim.MaxOutputBytes, 1<<30)),
+		Limits: sandbox.Limits{
+			CPUSeconds:    uint64((lim.CPUTime + time.Second - 1) / time.Second),
+			OpenFiles:     1024,
+			FileSizeBytes: 1 << 30,
+		},
+		Namespaces: sandbox.Namespaces{Mount: true, PID: true, Net: true, IPC: true, UTS: true},
+		Cgroup:     &sandbox.Cgroup{MemoryBytes: lim.MemoryBytes, Pids: int64(lim.MaxProcesses), CPUMillis: lim.CPUMillis},
+	}
+	for _, c := range inv.Credentials {
+		if f := c.Injection.GetFile(); f != nil {
+			policy.Files = append(policy.Files, sandbox.File{Path: f.GetPath(), Data: []byte(c.Value)})
+		}
+	}
+	res, err := sandbox.Run(ctx, policy, argv, bytes.NewReader(stdin))
+	if res == nil {
+		if err == nil {
+			err = errors.New("no result")
+		}
+		if errors.Is(err, sandbox.ErrFilePlacement) {
+			return nil, fmt.Errorf("a file credential cannot be placed: %v: %w", err, errs.FailedPrecondition)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("could not start the command: %v: %w", err, errs.Retryable)
+	}
+	out := &environment.ExecResult{Stdout: res.Stdout, Stderr: res.Stderr, Code: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut}
+	out.LimitsHit = usage(res).GetLimitsHit()
+	if workspaceFull(ws) {
+		out.LimitsHit = append(out.LimitsHit, "disk")
+	}
+	if serr := inv.Workspace.Save(ws); serr != nil {
+		return out, fmt.Errorf("the command ended, but workspace %s could not be stored: %w", inv.Workspace.Name, serr)
+	}
+	return out, err
+}
+
+// lookPath finds name in the sandbox's PATH.
+func lookPath(name string) (string, bool) {
+	for _, d := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, true
+		}
+	}
+	return "", false
+}

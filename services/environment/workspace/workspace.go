@@ -124,6 +124,10 @@ func Name(ref *environmentv1.WorkspaceRef) (string, error) {
 		if k.WorkflowId != "" {
 			return name("workflow", k.WorkflowId), nil
 		}
+	case *environmentv1.WorkspaceRef_SandboxId:
+		if k.SandboxId != "" {
+			return name("sandbox", k.SandboxId), nil
+		}
 	}
 	return "", fmt.Errorf("workspace: name a session_id or a workflow_id: %w", errs.InvalidArgument)
 }
@@ -132,6 +136,9 @@ func Name(ref *environmentv1.WorkspaceRef) (string, error) {
 // workflow's workspaces.
 func SessionName(id string) string  { return name("session", id) }
 func WorkflowName(id string) string { return name("workflow", id) }
+
+// SandboxName is the name of a sandbox session's workspace.
+func SandboxName(id string) string { return name("sandbox", id) }
 
 // Path is the directory of workspace n.
 func (s *Store) Path(n string) string { return filepath.Join(s.dir, n) }

@@ -140,6 +140,575 @@ func (NetworkAction) EnumDescriptor() ([]byte, []int) {
 	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
 }
 
+// CreateSandboxRequest is the input of CreateSandbox.
+type CreateSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The isolation, credentials, limits and network of every command;
+	// spec.timeout bounds each command. spec.workspace is ignored: the
+	// sandbox has its own.
+	Spec *EnvironmentSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The sandbox is removed once no command has run for this long; unset:
+	// 10 minutes; at most 24 hours.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,2,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSandboxRequest) Reset() {
+	*x = CreateSandboxRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSandboxRequest) ProtoMessage() {}
+
+func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
+func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CreateSandboxRequest) GetSpec() *EnvironmentSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateSandboxRequest) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
+// CreateSandboxResponse is the result of CreateSandbox.
+type CreateSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox's id, for Exec, the workspace RPCs and CloseSandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The backend that runs its commands.
+	Backend       string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSandboxResponse) Reset() {
+	*x = CreateSandboxResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSandboxResponse) ProtoMessage() {}
+
+func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
+func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateSandboxResponse) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateSandboxResponse) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+// ExecRequest is one message of Exec: start first, then stdin,
+// close_stdin or signal.
+type ExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ExecRequest_Start
+	//	*ExecRequest_Stdin
+	//	*ExecRequest_CloseStdin
+	//	*ExecRequest_Signal
+	Kind          isExecRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecRequest) Reset() {
+	*x = ExecRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecRequest) ProtoMessage() {}
+
+func (x *ExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
+func (*ExecRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExecRequest) GetKind() isExecRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecRequest_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+func (x *ExecRequest) GetSignal() string {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecRequest_Signal); ok {
+			return x.Signal
+		}
+	}
+	return ""
+}
+
+type isExecRequest_Kind interface {
+	isExecRequest_Kind()
+}
+
+type ExecRequest_Start struct {
+	// The command; the first message only.
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecRequest_Stdin struct {
+	// The next bytes of its standard input.
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecRequest_CloseStdin struct {
+	// The end of its standard input.
+	CloseStdin bool `protobuf:"varint,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type ExecRequest_Signal struct {
+	// A signal for the command, by name: "SIGTERM", "SIGKILL", "SIGINT".
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3,oneof"`
+}
+
+func (*ExecRequest_Start) isExecRequest_Kind() {}
+
+func (*ExecRequest_Stdin) isExecRequest_Kind() {}
+
+func (*ExecRequest_CloseStdin) isExecRequest_Kind() {}
+
+func (*ExecRequest_Signal) isExecRequest_Kind() {}
+
+// ExecStart says what Exec runs.
+type ExecStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The command and its arguments; a name without "/" is looked up in
+	// the sandbox's PATH (/usr/local/bin:/usr/bin:/bin).
+	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	// Ask for a pseudo-terminal.
+	Tty           bool `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExecStart) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ExecStart) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+// ExecResponse is one message of Exec's answer.
+type ExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one is set.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ExecResponse_Stdout
+	//	*ExecResponse_Stderr
+	//	*ExecResponse_Exit
+	Kind          isExecResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecResponse) Reset() {
+	*x = ExecResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecResponse) ProtoMessage() {}
+
+func (x *ExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
+func (*ExecResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExecResponse) GetKind() isExecResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetExit() *ExecExit {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecResponse_Exit); ok {
+			return x.Exit
+		}
+	}
+	return nil
+}
+
+type isExecResponse_Kind interface {
+	isExecResponse_Kind()
+}
+
+type ExecResponse_Stdout struct {
+	// Bytes the command wrote to its standard output.
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
+}
+
+type ExecResponse_Stderr struct {
+	// Bytes the command wrote to its standard error.
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecResponse_Exit struct {
+	// How it ended; the last message.
+	Exit *ExecExit `protobuf:"bytes,3,opt,name=exit,proto3,oneof"`
+}
+
+func (*ExecResponse_Stdout) isExecResponse_Kind() {}
+
+func (*ExecResponse_Stderr) isExecResponse_Kind() {}
+
+func (*ExecResponse_Exit) isExecResponse_Kind() {}
+
+// ExecExit is how a command ended.
+type ExecExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its exit code; -1 when a signal ended it.
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The signal that ended it, e.g. "SIGKILL"; empty when it exited.
+	Signal string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// It ran past spec.timeout and was killed.
+	TimedOut bool `protobuf:"varint,3,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// Limits it ran into, e.g. "memory", "processes", "output", "disk".
+	LimitsHit     []string `protobuf:"bytes,4,rep,name=limits_hit,json=limitsHit,proto3" json:"limits_hit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecExit) Reset() {
+	*x = ExecExit{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecExit) ProtoMessage() {}
+
+func (x *ExecExit) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
+func (*ExecExit) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExecExit) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ExecExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ExecExit) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *ExecExit) GetLimitsHit() []string {
+	if x != nil {
+		return x.LimitsHit
+	}
+	return nil
+}
+
+// CloseSandboxRequest is the input of CloseSandbox.
+type CloseSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSandboxRequest) Reset() {
+	*x = CloseSandboxRequest{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSandboxRequest) ProtoMessage() {}
+
+func (x *CloseSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSandboxRequest.ProtoReflect.Descriptor instead.
+func (*CloseSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CloseSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// CloseSandboxResponse is the result of CloseSandbox.
+type CloseSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether it existed.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSandboxResponse) Reset() {
+	*x = CloseSandboxResponse{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSandboxResponse) ProtoMessage() {}
+
+func (x *CloseSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSandboxResponse.ProtoReflect.Descriptor instead.
+func (*CloseSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CloseSandboxResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 // WorkspaceSpec is the workspace an invocation works in.
 type WorkspaceSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -151,7 +720,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +732,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[0]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +745,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{0}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkspaceSpec) GetScope() WorkspaceScope {
@@ -195,6 +764,7 @@ type WorkspaceRef struct {
 	//
 	//	*WorkspaceRef_SessionId
 	//	*WorkspaceRef_WorkflowId
+	//	*WorkspaceRef_SandboxId
 	Kind          isWorkspaceRef_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -202,7 +772,7 @@ type WorkspaceRef struct {
 
 func (x *WorkspaceRef) Reset() {
 	*x = WorkspaceRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +784,7 @@ func (x *WorkspaceRef) String() string {
 func (*WorkspaceRef) ProtoMessage() {}
 
 func (x *WorkspaceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[1]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +797,7 @@ func (x *WorkspaceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceRef.ProtoReflect.Descriptor instead.
 func (*WorkspaceRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{1}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkspaceRef) GetKind() isWorkspaceRef_Kind {
@@ -255,6 +825,15 @@ func (x *WorkspaceRef) GetWorkflowId() string {
 	return ""
 }
 
+func (x *WorkspaceRef) GetSandboxId() string {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkspaceRef_SandboxId); ok {
+			return x.SandboxId
+		}
+	}
+	return ""
+}
+
 type isWorkspaceRef_Kind interface {
 	isWorkspaceRef_Kind()
 }
@@ -269,9 +848,16 @@ type WorkspaceRef_WorkflowId struct {
 	WorkflowId string `protobuf:"bytes,2,opt,name=workflow_id,json=workflowId,proto3,oneof"`
 }
 
+type WorkspaceRef_SandboxId struct {
+	// The workspace of a sandbox session (CreateSandbox).
+	SandboxId string `protobuf:"bytes,3,opt,name=sandbox_id,json=sandboxId,proto3,oneof"`
+}
+
 func (*WorkspaceRef_SessionId) isWorkspaceRef_Kind() {}
 
 func (*WorkspaceRef_WorkflowId) isWorkspaceRef_Kind() {}
+
+func (*WorkspaceRef_SandboxId) isWorkspaceRef_Kind() {}
 
 // ListWorkspaceFilesRequest is the input of ListWorkspaceFiles.
 type ListWorkspaceFilesRequest struct {
@@ -286,7 +872,7 @@ type ListWorkspaceFilesRequest struct {
 
 func (x *ListWorkspaceFilesRequest) Reset() {
 	*x = ListWorkspaceFilesRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +884,7 @@ func (x *ListWorkspaceFilesRequest) String() string {
 func (*ListWorkspaceFilesRequest) ProtoMessage() {}
 
 func (x *ListWorkspaceFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[2]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +897,7 @@ func (x *ListWorkspaceFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkspaceFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkspaceFilesRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{2}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWorkspaceFilesRequest) GetWorkspace() *WorkspaceRef {
@@ -343,7 +929,7 @@ type ListWorkspaceFilesResponse struct {
 
 func (x *ListWorkspaceFilesResponse) Reset() {
 	*x = ListWorkspaceFilesResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +941,7 @@ func (x *ListWorkspaceFilesResponse) String() string {
 func (*ListWorkspaceFilesResponse) ProtoMessage() {}
 
 func (x *ListWorkspaceFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[3]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +954,7 @@ func (x *ListWorkspaceFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkspaceFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkspaceFilesResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{3}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListWorkspaceFilesResponse) GetFiles() []*WorkspaceFile {
@@ -416,7 +1002,7 @@ type WorkspaceFile struct {
 
 func (x *WorkspaceFile) Reset() {
 	*x = WorkspaceFile{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +1014,7 @@ func (x *WorkspaceFile) String() string {
 func (*WorkspaceFile) ProtoMessage() {}
 
 func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +1027,7 @@ func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFile.ProtoReflect.Descriptor instead.
 func (*WorkspaceFile) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkspaceFile) GetPath() string {
@@ -506,7 +1092,7 @@ type ReadWorkspaceFileRequest struct {
 
 func (x *ReadWorkspaceFileRequest) Reset() {
 	*x = ReadWorkspaceFileRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +1104,7 @@ func (x *ReadWorkspaceFileRequest) String() string {
 func (*ReadWorkspaceFileRequest) ProtoMessage() {}
 
 func (x *ReadWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +1117,7 @@ func (x *ReadWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadWorkspaceFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadWorkspaceFileRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadWorkspaceFileRequest) GetWorkspace() *WorkspaceRef {
@@ -559,7 +1145,7 @@ type ReadWorkspaceFileResponse struct {
 
 func (x *ReadWorkspaceFileResponse) Reset() {
 	*x = ReadWorkspaceFileResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +1157,7 @@ func (x *ReadWorkspaceFileResponse) String() string {
 func (*ReadWorkspaceFileResponse) ProtoMessage() {}
 
 func (x *ReadWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +1170,7 @@ func (x *ReadWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadWorkspaceFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadWorkspaceFileResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadWorkspaceFileResponse) GetData() []byte {
@@ -611,7 +1197,7 @@ type WriteWorkspaceFileRequest struct {
 
 func (x *WriteWorkspaceFileRequest) Reset() {
 	*x = WriteWorkspaceFileRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +1209,7 @@ func (x *WriteWorkspaceFileRequest) String() string {
 func (*WriteWorkspaceFileRequest) ProtoMessage() {}
 
 func (x *WriteWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +1222,7 @@ func (x *WriteWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteWorkspaceFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteWorkspaceFileRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteWorkspaceFileRequest) GetKind() isWriteWorkspaceFileRequest_Kind {
@@ -697,7 +1283,7 @@ type WorkspaceFileHeader struct {
 
 func (x *WorkspaceFileHeader) Reset() {
 	*x = WorkspaceFileHeader{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +1295,7 @@ func (x *WorkspaceFileHeader) String() string {
 func (*WorkspaceFileHeader) ProtoMessage() {}
 
 func (x *WorkspaceFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +1308,7 @@ func (x *WorkspaceFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFileHeader.ProtoReflect.Descriptor instead.
 func (*WorkspaceFileHeader) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkspaceFileHeader) GetWorkspace() *WorkspaceRef {
@@ -757,7 +1343,7 @@ type WriteWorkspaceFileResponse struct {
 
 func (x *WriteWorkspaceFileResponse) Reset() {
 	*x = WriteWorkspaceFileResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1355,7 @@ func (x *WriteWorkspaceFileResponse) String() string {
 func (*WriteWorkspaceFileResponse) ProtoMessage() {}
 
 func (x *WriteWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1368,7 @@ func (x *WriteWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteWorkspaceFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteWorkspaceFileResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteWorkspaceFileResponse) GetSize() uint64 {
@@ -803,7 +1389,7 @@ type DeleteWorkspaceRequest struct {
 
 func (x *DeleteWorkspaceRequest) Reset() {
 	*x = DeleteWorkspaceRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +1401,7 @@ func (x *DeleteWorkspaceRequest) String() string {
 func (*DeleteWorkspaceRequest) ProtoMessage() {}
 
 func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +1414,7 @@ func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteWorkspaceRequest) GetWorkspace() *WorkspaceRef {
@@ -849,7 +1435,7 @@ type DeleteWorkspaceResponse struct {
 
 func (x *DeleteWorkspaceResponse) Reset() {
 	*x = DeleteWorkspaceResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1447,7 @@ func (x *DeleteWorkspaceResponse) String() string {
 func (*DeleteWorkspaceResponse) ProtoMessage() {}
 
 func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1460,7 @@ func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteWorkspaceResponse) GetExisted() bool {
@@ -898,7 +1484,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1496,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1509,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunStreamRequest) GetInput() *v1.OperatorInput {
@@ -956,7 +1542,7 @@ type RunStreamResponse struct {
 
 func (x *RunStreamResponse) Reset() {
 	*x = RunStreamResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1554,7 @@ func (x *RunStreamResponse) String() string {
 func (*RunStreamResponse) ProtoMessage() {}
 
 func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1567,7 @@ func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamResponse.ProtoReflect.Descriptor instead.
 func (*RunStreamResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunStreamResponse) GetKind() isRunStreamResponse_Kind {
@@ -1041,7 +1627,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1639,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1652,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunRequest) GetInput() *v1.OperatorInput {
@@ -1100,7 +1686,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1698,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1711,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunResponse) GetOutput() *v1.OperatorOutput {
@@ -1173,7 +1759,7 @@ type ResourceUsage struct {
 
 func (x *ResourceUsage) Reset() {
 	*x = ResourceUsage{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1771,7 @@ func (x *ResourceUsage) String() string {
 func (*ResourceUsage) ProtoMessage() {}
 
 func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1784,7 @@ func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
 func (*ResourceUsage) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResourceUsage) GetPeakMemoryBytes() uint64 {
@@ -1247,7 +1833,7 @@ type EnvironmentSpec struct {
 
 func (x *EnvironmentSpec) Reset() {
 	*x = EnvironmentSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1845,7 @@ func (x *EnvironmentSpec) String() string {
 func (*EnvironmentSpec) ProtoMessage() {}
 
 func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1858,7 @@ func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentSpec.ProtoReflect.Descriptor instead.
 func (*EnvironmentSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnvironmentSpec) GetIsolation() []*IsolationBoundary {
@@ -1339,7 +1925,7 @@ type IsolationBoundary struct {
 
 func (x *IsolationBoundary) Reset() {
 	*x = IsolationBoundary{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1937,7 @@ func (x *IsolationBoundary) String() string {
 func (*IsolationBoundary) ProtoMessage() {}
 
 func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1950,7 @@ func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationBoundary.ProtoReflect.Descriptor instead.
 func (*IsolationBoundary) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IsolationBoundary) GetKind() isIsolationBoundary_Kind {
@@ -1499,7 +2085,7 @@ type ProcessIsolation struct {
 
 func (x *ProcessIsolation) Reset() {
 	*x = ProcessIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +2097,7 @@ func (x *ProcessIsolation) String() string {
 func (*ProcessIsolation) ProtoMessage() {}
 
 func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +2110,7 @@ func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessIsolation.ProtoReflect.Descriptor instead.
 func (*ProcessIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{27}
 }
 
 // ContainerIsolation runs in a container.
@@ -1538,7 +2124,7 @@ type ContainerIsolation struct {
 
 func (x *ContainerIsolation) Reset() {
 	*x = ContainerIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +2136,7 @@ func (x *ContainerIsolation) String() string {
 func (*ContainerIsolation) ProtoMessage() {}
 
 func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +2149,7 @@ func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerIsolation.ProtoReflect.Descriptor instead.
 func (*ContainerIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ContainerIsolation) GetImage() string {
@@ -1582,7 +2168,7 @@ type GvisorIsolation struct {
 
 func (x *GvisorIsolation) Reset() {
 	*x = GvisorIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +2180,7 @@ func (x *GvisorIsolation) String() string {
 func (*GvisorIsolation) ProtoMessage() {}
 
 func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +2193,7 @@ func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GvisorIsolation.ProtoReflect.Descriptor instead.
 func (*GvisorIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{29}
 }
 
 // MicroVmIsolation runs in a micro VM.
@@ -1619,7 +2205,7 @@ type MicroVmIsolation struct {
 
 func (x *MicroVmIsolation) Reset() {
 	*x = MicroVmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +2217,7 @@ func (x *MicroVmIsolation) String() string {
 func (*MicroVmIsolation) ProtoMessage() {}
 
 func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +2230,7 @@ func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicroVmIsolation.ProtoReflect.Descriptor instead.
 func (*MicroVmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{22}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{30}
 }
 
 // WasmIsolation runs in a WebAssembly runtime.
@@ -1658,7 +2244,7 @@ type WasmIsolation struct {
 
 func (x *WasmIsolation) Reset() {
 	*x = WasmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +2256,7 @@ func (x *WasmIsolation) String() string {
 func (*WasmIsolation) ProtoMessage() {}
 
 func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +2269,7 @@ func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmIsolation.ProtoReflect.Descriptor instead.
 func (*WasmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{23}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WasmIsolation) GetRuntime() string {
@@ -1704,7 +2290,7 @@ type NetworkPolicyIsolation struct {
 
 func (x *NetworkPolicyIsolation) Reset() {
 	*x = NetworkPolicyIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +2302,7 @@ func (x *NetworkPolicyIsolation) String() string {
 func (*NetworkPolicyIsolation) ProtoMessage() {}
 
 func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +2315,7 @@ func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyIsolation.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{24}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NetworkPolicyIsolation) GetRules() []*NetworkRule {
@@ -1752,7 +2338,7 @@ type CustomIsolation struct {
 
 func (x *CustomIsolation) Reset() {
 	*x = CustomIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +2350,7 @@ func (x *CustomIsolation) String() string {
 func (*CustomIsolation) ProtoMessage() {}
 
 func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +2363,7 @@ func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomIsolation.ProtoReflect.Descriptor instead.
 func (*CustomIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{25}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CustomIsolation) GetBoundaryType() string {
@@ -1808,7 +2394,7 @@ type CredentialRef struct {
 
 func (x *CredentialRef) Reset() {
 	*x = CredentialRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2406,7 @@ func (x *CredentialRef) String() string {
 func (*CredentialRef) ProtoMessage() {}
 
 func (x *CredentialRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2419,7 @@ func (x *CredentialRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRef.ProtoReflect.Descriptor instead.
 func (*CredentialRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{26}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CredentialRef) GetName() string {
@@ -1867,7 +2453,7 @@ type CredentialInjection struct {
 
 func (x *CredentialInjection) Reset() {
 	*x = CredentialInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2465,7 @@ func (x *CredentialInjection) String() string {
 func (*CredentialInjection) ProtoMessage() {}
 
 func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2478,7 @@ func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInjection.ProtoReflect.Descriptor instead.
 func (*CredentialInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{27}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CredentialInjection) GetMethod() isCredentialInjection_Method {
@@ -1965,7 +2551,7 @@ type EnvVarInjection struct {
 
 func (x *EnvVarInjection) Reset() {
 	*x = EnvVarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2563,7 @@ func (x *EnvVarInjection) String() string {
 func (*EnvVarInjection) ProtoMessage() {}
 
 func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2576,7 @@ func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVarInjection.ProtoReflect.Descriptor instead.
 func (*EnvVarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{28}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnvVarInjection) GetVarName() string {
@@ -2011,7 +2597,7 @@ type FileInjection struct {
 
 func (x *FileInjection) Reset() {
 	*x = FileInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2609,7 @@ func (x *FileInjection) String() string {
 func (*FileInjection) ProtoMessage() {}
 
 func (x *FileInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2622,7 @@ func (x *FileInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInjection.ProtoReflect.Descriptor instead.
 func (*FileInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{29}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FileInjection) GetPath() string {
@@ -2061,7 +2647,7 @@ type SidecarInjection struct {
 
 func (x *SidecarInjection) Reset() {
 	*x = SidecarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2659,7 @@ func (x *SidecarInjection) String() string {
 func (*SidecarInjection) ProtoMessage() {}
 
 func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2672,7 @@ func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarInjection.ProtoReflect.Descriptor instead.
 func (*SidecarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{30}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SidecarInjection) GetHost() string {
@@ -2127,7 +2713,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2725,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2738,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{31}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResourceLimits) GetCpu() string {
@@ -2217,7 +2803,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2815,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2828,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{32}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NetworkPolicy) GetDefaultAction() NetworkAction {
@@ -2274,7 +2860,7 @@ type NetworkRule struct {
 
 func (x *NetworkRule) Reset() {
 	*x = NetworkRule{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2872,7 @@ func (x *NetworkRule) String() string {
 func (*NetworkRule) ProtoMessage() {}
 
 func (x *NetworkRule) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2885,7 @@ func (x *NetworkRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
 func (*NetworkRule) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{33}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NetworkRule) GetDestination() string {
@@ -2327,16 +2913,54 @@ var File_layer0_environment_v1_environment_proto protoreflect.FileDescriptor
 
 const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\n" +
-	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\"V\n" +
+	"'layer0/environment/v1/environment.proto\x12\x15layer0.environment.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1elayer0/operator/v1/input.proto\x1a!layer0/operator/v1/operator.proto\x1a\x1flayer0/operator/v1/output.proto\"\xa8\x01\n" +
+	"\x14CreateSandboxRequest\x12B\n" +
+	"\x04spec\x18\x01 \x01(\v2&.layer0.environment.v1.EnvironmentSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\x12L\n" +
+	"\fidle_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\x0e\xbaH\v\xaa\x01\b\"\x04\b\x80\xa3\x05*\x00R\vidleTimeout\"P\n" +
+	"\x15CreateSandboxResponse\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
+	"\abackend\x18\x02 \x01(\tR\abackend\"\xab\x01\n" +
+	"\vExecRequest\x128\n" +
+	"\x05start\x18\x01 \x01(\v2 .layer0.environment.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
+	"closeStdin\x12\x18\n" +
+	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\r\n" +
+	"\x04kind\x12\x05\xbaH\x02\b\x01\"c\n" +
+	"\tExecStart\x12&\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\tsandboxId\x12\x1c\n" +
+	"\x04argv\x18\x02 \x03(\tB\b\xbaH\x05\x92\x01\x02\b\x01R\x04argv\x12\x10\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\"\x81\x01\n" +
+	"\fExecResponse\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x125\n" +
+	"\x04exit\x18\x03 \x01(\v2\x1f.layer0.environment.v1.ExecExitH\x00R\x04exitB\x06\n" +
+	"\x04kind\"r\n" +
+	"\bExecExit\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1b\n" +
+	"\ttimed_out\x18\x03 \x01(\bR\btimedOut\x12\x1d\n" +
+	"\n" +
+	"limits_hit\x18\x04 \x03(\tR\tlimitsHit\"=\n" +
+	"\x13CloseSandboxRequest\x12&\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\tsandboxId\"0\n" +
+	"\x14CloseSandboxResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"V\n" +
 	"\rWorkspaceSpec\x12E\n" +
-	"\x05scope\x18\x01 \x01(\x0e2%.layer0.environment.v1.WorkspaceScopeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05scope\"y\n" +
+	"\x05scope\x18\x01 \x01(\x0e2%.layer0.environment.v1.WorkspaceScopeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05scope\"\xa6\x01\n" +
 	"\fWorkspaceRef\x12+\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\tsessionId\x12-\n" +
 	"\vworkflow_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\n" +
-	"workflowIdB\r\n" +
+	"workflowId\x12+\n" +
+	"\n" +
+	"sandbox_id\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\tsandboxIdB\r\n" +
 	"\x04kind\x12\x05\xbaH\x02\b\x01\"\x84\x01\n" +
 	"\x19ListWorkspaceFilesRequest\x12I\n" +
 	"\tworkspace\x18\x01 \x01(\v2#.layer0.environment.v1.WorkspaceRefB\x06\xbaH\x03\xc8\x01\x01R\tworkspace\x12\x1c\n" +
@@ -2470,14 +3094,17 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\rNetworkAction\x12\x1e\n" +
 	"\x1aNETWORK_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NETWORK_ACTION_ALLOW\x10\x01\x12\x17\n" +
-	"\x13NETWORK_ACTION_DENY\x10\x022\xa8\x05\n" +
+	"\x13NETWORK_ACTION_DENY\x10\x022\xd2\a\n" +
 	"\x12EnvironmentService\x12L\n" +
 	"\x03Run\x12!.layer0.environment.v1.RunRequest\x1a\".layer0.environment.v1.RunResponse\x12`\n" +
 	"\tRunStream\x12'.layer0.environment.v1.RunStreamRequest\x1a(.layer0.environment.v1.RunStreamResponse0\x01\x12y\n" +
 	"\x12ListWorkspaceFiles\x120.layer0.environment.v1.ListWorkspaceFilesRequest\x1a1.layer0.environment.v1.ListWorkspaceFilesResponse\x12x\n" +
 	"\x11ReadWorkspaceFile\x12/.layer0.environment.v1.ReadWorkspaceFileRequest\x1a0.layer0.environment.v1.ReadWorkspaceFileResponse0\x01\x12{\n" +
 	"\x12WriteWorkspaceFile\x120.layer0.environment.v1.WriteWorkspaceFileRequest\x1a1.layer0.environment.v1.WriteWorkspaceFileResponse(\x01\x12p\n" +
-	"\x0fDeleteWorkspace\x12-.layer0.environment.v1.DeleteWorkspaceRequest\x1a..layer0.environment.v1.DeleteWorkspaceResponseB\xe6\x01\n" +
+	"\x0fDeleteWorkspace\x12-.layer0.environment.v1.DeleteWorkspaceRequest\x1a..layer0.environment.v1.DeleteWorkspaceResponse\x12j\n" +
+	"\rCreateSandbox\x12+.layer0.environment.v1.CreateSandboxRequest\x1a,.layer0.environment.v1.CreateSandboxResponse\x12S\n" +
+	"\x04Exec\x12\".layer0.environment.v1.ExecRequest\x1a#.layer0.environment.v1.ExecResponse(\x010\x01\x12g\n" +
+	"\fCloseSandbox\x12*.layer0.environment.v1.CloseSandboxRequest\x1a+.layer0.environment.v1.CloseSandboxResponseB\xe6\x01\n" +
 	"\x19com.layer0.environment.v1B\x10EnvironmentProtoP\x01ZAgithub.com/secbear/neuron/gen/layer0/environment/v1;environmentv1\xa2\x02\x03LEX\xaa\x02\x15Layer0.Environment.V1\xca\x02\x15Layer0\\Environment\\V1\xe2\x02!Layer0\\Environment\\V1\\GPBMetadata\xea\x02\x17Layer0::Environment::V1b\x06proto3"
 
 var (
@@ -2493,110 +3120,128 @@ func file_layer0_environment_v1_environment_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_layer0_environment_v1_environment_proto_goTypes = []any{
 	(WorkspaceScope)(0),                // 0: layer0.environment.v1.WorkspaceScope
 	(NetworkAction)(0),                 // 1: layer0.environment.v1.NetworkAction
-	(*WorkspaceSpec)(nil),              // 2: layer0.environment.v1.WorkspaceSpec
-	(*WorkspaceRef)(nil),               // 3: layer0.environment.v1.WorkspaceRef
-	(*ListWorkspaceFilesRequest)(nil),  // 4: layer0.environment.v1.ListWorkspaceFilesRequest
-	(*ListWorkspaceFilesResponse)(nil), // 5: layer0.environment.v1.ListWorkspaceFilesResponse
-	(*WorkspaceFile)(nil),              // 6: layer0.environment.v1.WorkspaceFile
-	(*ReadWorkspaceFileRequest)(nil),   // 7: layer0.environment.v1.ReadWorkspaceFileRequest
-	(*ReadWorkspaceFileResponse)(nil),  // 8: layer0.environment.v1.ReadWorkspaceFileResponse
-	(*WriteWorkspaceFileRequest)(nil),  // 9: layer0.environment.v1.WriteWorkspaceFileRequest
-	(*WorkspaceFileHeader)(nil),        // 10: layer0.environment.v1.WorkspaceFileHeader
-	(*WriteWorkspaceFileResponse)(nil), // 11: layer0.environment.v1.WriteWorkspaceFileResponse
-	(*DeleteWorkspaceRequest)(nil),     // 12: layer0.environment.v1.DeleteWorkspaceRequest
-	(*DeleteWorkspaceResponse)(nil),    // 13: layer0.environment.v1.DeleteWorkspaceResponse
-	(*RunStreamRequest)(nil),           // 14: layer0.environment.v1.RunStreamRequest
-	(*RunStreamResponse)(nil),          // 15: layer0.environment.v1.RunStreamResponse
-	(*RunRequest)(nil),                 // 16: layer0.environment.v1.RunRequest
-	(*RunResponse)(nil),                // 17: layer0.environment.v1.RunResponse
-	(*ResourceUsage)(nil),              // 18: layer0.environment.v1.ResourceUsage
-	(*EnvironmentSpec)(nil),            // 19: layer0.environment.v1.EnvironmentSpec
-	(*IsolationBoundary)(nil),          // 20: layer0.environment.v1.IsolationBoundary
-	(*ProcessIsolation)(nil),           // 21: layer0.environment.v1.ProcessIsolation
-	(*ContainerIsolation)(nil),         // 22: layer0.environment.v1.ContainerIsolation
-	(*GvisorIsolation)(nil),            // 23: layer0.environment.v1.GvisorIsolation
-	(*MicroVmIsolation)(nil),           // 24: layer0.environment.v1.MicroVmIsolation
-	(*WasmIsolation)(nil),              // 25: layer0.environment.v1.WasmIsolation
-	(*NetworkPolicyIsolation)(nil),     // 26: layer0.environment.v1.NetworkPolicyIsolation
-	(*CustomIsolation)(nil),            // 27: layer0.environment.v1.CustomIsolation
-	(*CredentialRef)(nil),              // 28: layer0.environment.v1.CredentialRef
-	(*CredentialInjection)(nil),        // 29: layer0.environment.v1.CredentialInjection
-	(*EnvVarInjection)(nil),            // 30: layer0.environment.v1.EnvVarInjection
-	(*FileInjection)(nil),              // 31: layer0.environment.v1.FileInjection
-	(*SidecarInjection)(nil),           // 32: layer0.environment.v1.SidecarInjection
-	(*ResourceLimits)(nil),             // 33: layer0.environment.v1.ResourceLimits
-	(*NetworkPolicy)(nil),              // 34: layer0.environment.v1.NetworkPolicy
-	(*NetworkRule)(nil),                // 35: layer0.environment.v1.NetworkRule
-	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
-	(*v1.OperatorInput)(nil),           // 37: layer0.operator.v1.OperatorInput
-	(*v1.ExecuteStreamResponse)(nil),   // 38: layer0.operator.v1.ExecuteStreamResponse
-	(*v1.OperatorOutput)(nil),          // 39: layer0.operator.v1.OperatorOutput
-	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
-	(*structpb.Value)(nil),             // 41: google.protobuf.Value
+	(*CreateSandboxRequest)(nil),       // 2: layer0.environment.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),      // 3: layer0.environment.v1.CreateSandboxResponse
+	(*ExecRequest)(nil),                // 4: layer0.environment.v1.ExecRequest
+	(*ExecStart)(nil),                  // 5: layer0.environment.v1.ExecStart
+	(*ExecResponse)(nil),               // 6: layer0.environment.v1.ExecResponse
+	(*ExecExit)(nil),                   // 7: layer0.environment.v1.ExecExit
+	(*CloseSandboxRequest)(nil),        // 8: layer0.environment.v1.CloseSandboxRequest
+	(*CloseSandboxResponse)(nil),       // 9: layer0.environment.v1.CloseSandboxResponse
+	(*WorkspaceSpec)(nil),              // 10: layer0.environment.v1.WorkspaceSpec
+	(*WorkspaceRef)(nil),               // 11: layer0.environment.v1.WorkspaceRef
+	(*ListWorkspaceFilesRequest)(nil),  // 12: layer0.environment.v1.ListWorkspaceFilesRequest
+	(*ListWorkspaceFilesResponse)(nil), // 13: layer0.environment.v1.ListWorkspaceFilesResponse
+	(*WorkspaceFile)(nil),              // 14: layer0.environment.v1.WorkspaceFile
+	(*ReadWorkspaceFileRequest)(nil),   // 15: layer0.environment.v1.ReadWorkspaceFileRequest
+	(*ReadWorkspaceFileResponse)(nil),  // 16: layer0.environment.v1.ReadWorkspaceFileResponse
+	(*WriteWorkspaceFileRequest)(nil),  // 17: layer0.environment.v1.WriteWorkspaceFileRequest
+	(*WorkspaceFileHeader)(nil),        // 18: layer0.environment.v1.WorkspaceFileHeader
+	(*WriteWorkspaceFileResponse)(nil), // 19: layer0.environment.v1.WriteWorkspaceFileResponse
+	(*DeleteWorkspaceRequest)(nil),     // 20: layer0.environment.v1.DeleteWorkspaceRequest
+	(*DeleteWorkspaceResponse)(nil),    // 21: layer0.environment.v1.DeleteWorkspaceResponse
+	(*RunStreamRequest)(nil),           // 22: layer0.environment.v1.RunStreamRequest
+	(*RunStreamResponse)(nil),          // 23: layer0.environment.v1.RunStreamResponse
+	(*RunRequest)(nil),                 // 24: layer0.environment.v1.RunRequest
+	(*RunResponse)(nil),                // 25: layer0.environment.v1.RunResponse
+	(*ResourceUsage)(nil),              // 26: layer0.environment.v1.ResourceUsage
+	(*EnvironmentSpec)(nil),            // 27: layer0.environment.v1.EnvironmentSpec
+	(*IsolationBoundary)(nil),          // 28: layer0.environment.v1.IsolationBoundary
+	(*ProcessIsolation)(nil),           // 29: layer0.environment.v1.ProcessIsolation
+	(*ContainerIsolation)(nil),         // 30: layer0.environment.v1.ContainerIsolation
+	(*GvisorIsolation)(nil),            // 31: layer0.environment.v1.GvisorIsolation
+	(*MicroVmIsolation)(nil),           // 32: layer0.environment.v1.MicroVmIsolation
+	(*WasmIsolation)(nil),              // 33: layer0.environment.v1.WasmIsolation
+	(*NetworkPolicyIsolation)(nil),     // 34: layer0.environment.v1.NetworkPolicyIsolation
+	(*CustomIsolation)(nil),            // 35: layer0.environment.v1.CustomIsolation
+	(*CredentialRef)(nil),              // 36: layer0.environment.v1.CredentialRef
+	(*CredentialInjection)(nil),        // 37: layer0.environment.v1.CredentialInjection
+	(*EnvVarInjection)(nil),            // 38: layer0.environment.v1.EnvVarInjection
+	(*FileInjection)(nil),              // 39: layer0.environment.v1.FileInjection
+	(*SidecarInjection)(nil),           // 40: layer0.environment.v1.SidecarInjection
+	(*ResourceLimits)(nil),             // 41: layer0.environment.v1.ResourceLimits
+	(*NetworkPolicy)(nil),              // 42: layer0.environment.v1.NetworkPolicy
+	(*NetworkRule)(nil),                // 43: layer0.environment.v1.NetworkRule
+	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
+	(*v1.OperatorInput)(nil),           // 46: layer0.operator.v1.OperatorInput
+	(*v1.ExecuteStreamResponse)(nil),   // 47: layer0.operator.v1.ExecuteStreamResponse
+	(*v1.OperatorOutput)(nil),          // 48: layer0.operator.v1.OperatorOutput
+	(*structpb.Value)(nil),             // 49: google.protobuf.Value
 }
 var file_layer0_environment_v1_environment_proto_depIdxs = []int32{
-	0,  // 0: layer0.environment.v1.WorkspaceSpec.scope:type_name -> layer0.environment.v1.WorkspaceScope
-	3,  // 1: layer0.environment.v1.ListWorkspaceFilesRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	6,  // 2: layer0.environment.v1.ListWorkspaceFilesResponse.files:type_name -> layer0.environment.v1.WorkspaceFile
-	36, // 3: layer0.environment.v1.WorkspaceFile.modified:type_name -> google.protobuf.Timestamp
-	3,  // 4: layer0.environment.v1.ReadWorkspaceFileRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	10, // 5: layer0.environment.v1.WriteWorkspaceFileRequest.header:type_name -> layer0.environment.v1.WorkspaceFileHeader
-	3,  // 6: layer0.environment.v1.WorkspaceFileHeader.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	3,  // 7: layer0.environment.v1.DeleteWorkspaceRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	37, // 8: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	19, // 9: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	38, // 10: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
-	17, // 11: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
-	37, // 12: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	19, // 13: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	39, // 14: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	40, // 15: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
-	18, // 16: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
-	40, // 17: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
-	20, // 18: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
-	28, // 19: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
-	33, // 20: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
-	34, // 21: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
-	40, // 22: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
-	2,  // 23: layer0.environment.v1.EnvironmentSpec.workspace:type_name -> layer0.environment.v1.WorkspaceSpec
-	21, // 24: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
-	22, // 25: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
-	23, // 26: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
-	24, // 27: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
-	25, // 28: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
-	26, // 29: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
-	27, // 30: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
-	35, // 31: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
-	41, // 32: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
-	29, // 33: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
-	30, // 34: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
-	31, // 35: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
-	32, // 36: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
-	40, // 37: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
-	1,  // 38: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
-	35, // 39: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
-	1,  // 40: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
-	16, // 41: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
-	14, // 42: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
-	4,  // 43: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:input_type -> layer0.environment.v1.ListWorkspaceFilesRequest
-	7,  // 44: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:input_type -> layer0.environment.v1.ReadWorkspaceFileRequest
-	9,  // 45: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:input_type -> layer0.environment.v1.WriteWorkspaceFileRequest
-	12, // 46: layer0.environment.v1.EnvironmentService.DeleteWorkspace:input_type -> layer0.environment.v1.DeleteWorkspaceRequest
-	17, // 47: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
-	15, // 48: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
-	5,  // 49: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:output_type -> layer0.environment.v1.ListWorkspaceFilesResponse
-	8,  // 50: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:output_type -> layer0.environment.v1.ReadWorkspaceFileResponse
-	11, // 51: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:output_type -> layer0.environment.v1.WriteWorkspaceFileResponse
-	13, // 52: layer0.environment.v1.EnvironmentService.DeleteWorkspace:output_type -> layer0.environment.v1.DeleteWorkspaceResponse
-	47, // [47:53] is the sub-list for method output_type
-	41, // [41:47] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	27, // 0: layer0.environment.v1.CreateSandboxRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	44, // 1: layer0.environment.v1.CreateSandboxRequest.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 2: layer0.environment.v1.ExecRequest.start:type_name -> layer0.environment.v1.ExecStart
+	7,  // 3: layer0.environment.v1.ExecResponse.exit:type_name -> layer0.environment.v1.ExecExit
+	0,  // 4: layer0.environment.v1.WorkspaceSpec.scope:type_name -> layer0.environment.v1.WorkspaceScope
+	11, // 5: layer0.environment.v1.ListWorkspaceFilesRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	14, // 6: layer0.environment.v1.ListWorkspaceFilesResponse.files:type_name -> layer0.environment.v1.WorkspaceFile
+	45, // 7: layer0.environment.v1.WorkspaceFile.modified:type_name -> google.protobuf.Timestamp
+	11, // 8: layer0.environment.v1.ReadWorkspaceFileRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	18, // 9: layer0.environment.v1.WriteWorkspaceFileRequest.header:type_name -> layer0.environment.v1.WorkspaceFileHeader
+	11, // 10: layer0.environment.v1.WorkspaceFileHeader.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	11, // 11: layer0.environment.v1.DeleteWorkspaceRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	46, // 12: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	27, // 13: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	47, // 14: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	25, // 15: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
+	46, // 16: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	27, // 17: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	48, // 18: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	44, // 19: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
+	26, // 20: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
+	44, // 21: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
+	28, // 22: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
+	36, // 23: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
+	41, // 24: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
+	42, // 25: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
+	44, // 26: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
+	10, // 27: layer0.environment.v1.EnvironmentSpec.workspace:type_name -> layer0.environment.v1.WorkspaceSpec
+	29, // 28: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
+	30, // 29: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
+	31, // 30: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
+	32, // 31: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
+	33, // 32: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
+	34, // 33: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
+	35, // 34: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
+	43, // 35: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
+	49, // 36: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
+	37, // 37: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
+	38, // 38: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
+	39, // 39: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
+	40, // 40: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
+	44, // 41: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
+	1,  // 42: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
+	43, // 43: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
+	1,  // 44: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
+	24, // 45: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
+	22, // 46: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
+	12, // 47: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:input_type -> layer0.environment.v1.ListWorkspaceFilesRequest
+	15, // 48: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:input_type -> layer0.environment.v1.ReadWorkspaceFileRequest
+	17, // 49: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:input_type -> layer0.environment.v1.WriteWorkspaceFileRequest
+	20, // 50: layer0.environment.v1.EnvironmentService.DeleteWorkspace:input_type -> layer0.environment.v1.DeleteWorkspaceRequest
+	2,  // 51: layer0.environment.v1.EnvironmentService.CreateSandbox:input_type -> layer0.environment.v1.CreateSandboxRequest
+	4,  // 52: layer0.environment.v1.EnvironmentService.Exec:input_type -> layer0.environment.v1.ExecRequest
+	8,  // 53: layer0.environment.v1.EnvironmentService.CloseSandbox:input_type -> layer0.environment.v1.CloseSandboxRequest
+	25, // 54: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
+	23, // 55: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
+	13, // 56: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:output_type -> layer0.environment.v1.ListWorkspaceFilesResponse
+	16, // 57: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:output_type -> layer0.environment.v1.ReadWorkspaceFileResponse
+	19, // 58: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:output_type -> layer0.environment.v1.WriteWorkspaceFileResponse
+	21, // 59: layer0.environment.v1.EnvironmentService.DeleteWorkspace:output_type -> layer0.environment.v1.DeleteWorkspaceResponse
+	3,  // 60: layer0.environment.v1.EnvironmentService.CreateSandbox:output_type -> layer0.environment.v1.CreateSandboxResponse
+	6,  // 61: layer0.environment.v1.EnvironmentService.Exec:output_type -> layer0.environment.v1.ExecResponse
+	9,  // 62: layer0.environment.v1.EnvironmentService.CloseSandbox:output_type -> layer0.environment.v1.CloseSandboxResponse
+	54, // [54:63] is the sub-list for method output_type
+	45, // [45:54] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_layer0_environment_v1_environment_proto_init() }
@@ -2604,19 +3249,31 @@ func file_layer0_environment_v1_environment_proto_init() {
 	if File_layer0_environment_v1_environment_proto != nil {
 		return
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[1].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[2].OneofWrappers = []any{
+		(*ExecRequest_Start)(nil),
+		(*ExecRequest_Stdin)(nil),
+		(*ExecRequest_CloseStdin)(nil),
+		(*ExecRequest_Signal)(nil),
+	}
+	file_layer0_environment_v1_environment_proto_msgTypes[4].OneofWrappers = []any{
+		(*ExecResponse_Stdout)(nil),
+		(*ExecResponse_Stderr)(nil),
+		(*ExecResponse_Exit)(nil),
+	}
+	file_layer0_environment_v1_environment_proto_msgTypes[9].OneofWrappers = []any{
 		(*WorkspaceRef_SessionId)(nil),
 		(*WorkspaceRef_WorkflowId)(nil),
+		(*WorkspaceRef_SandboxId)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[7].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[15].OneofWrappers = []any{
 		(*WriteWorkspaceFileRequest_Header)(nil),
 		(*WriteWorkspaceFileRequest_Data)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[13].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[21].OneofWrappers = []any{
 		(*RunStreamResponse_Progress)(nil),
 		(*RunStreamResponse_Result)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[18].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[26].OneofWrappers = []any{
 		(*IsolationBoundary_Process)(nil),
 		(*IsolationBoundary_Container)(nil),
 		(*IsolationBoundary_Gvisor)(nil),
@@ -2625,20 +3282,20 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*IsolationBoundary_NetworkPolicy)(nil),
 		(*IsolationBoundary_Custom)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[27].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[35].OneofWrappers = []any{
 		(*CredentialInjection_EnvVar)(nil),
 		(*CredentialInjection_File)(nil),
 		(*CredentialInjection_Sidecar)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[31].OneofWrappers = []any{}
-	file_layer0_environment_v1_environment_proto_msgTypes[33].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[39].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_environment_v1_environment_proto_rawDesc), len(file_layer0_environment_v1_environment_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,9 @@ const (
 	EnvironmentService_ReadWorkspaceFile_FullMethodName  = "/layer0.environment.v1.EnvironmentService/ReadWorkspaceFile"
 	EnvironmentService_WriteWorkspaceFile_FullMethodName = "/layer0.environment.v1.EnvironmentService/WriteWorkspaceFile"
 	EnvironmentService_DeleteWorkspace_FullMethodName    = "/layer0.environment.v1.EnvironmentService/DeleteWorkspace"
+	EnvironmentService_CreateSandbox_FullMethodName      = "/layer0.environment.v1.EnvironmentService/CreateSandbox"
+	EnvironmentService_Exec_FullMethodName               = "/layer0.environment.v1.EnvironmentService/Exec"
+	EnvironmentService_CloseSandbox_FullMethodName       = "/layer0.environment.v1.EnvironmentService/CloseSandbox"
 )
 
 // EnvironmentServiceClient is the client API for EnvironmentService service.
@@ -72,6 +75,23 @@ type EnvironmentServiceClient interface {
 	// DeleteWorkspace removes a workspace and everything in it; removing
 	// one that does not exist succeeds.
 	DeleteWorkspace(ctx context.Context, in *DeleteWorkspaceRequest, opts ...grpc.CallOption) (*DeleteWorkspaceResponse, error)
+	// CreateSandbox starts a sandbox session: a workspace that lasts
+	// (WorkspaceRef.sandbox_id: its files are read and written with the
+	// workspace RPCs) in which Exec runs commands under the isolation the
+	// spec asks for, as Run would. It is removed by CloseSandbox or once
+	// idle for idle_timeout. Errors: as Run's before it starts.
+	CreateSandbox(ctx context.Context, in *CreateSandboxRequest, opts ...grpc.CallOption) (*CreateSandboxResponse, error)
+	// Exec runs one command in a sandbox: the client sends ExecStart, then
+	// stdin chunks and close_stdin (or ends its side); the server sends
+	// stdout and stderr chunks, then the exit status, last. A signal
+	// message stops the command. Errors: NOT_FOUND for an unknown or
+	// expired sandbox; FAILED_PRECONDITION for what this service cannot
+	// give (a pseudo-terminal on the process backend); RESOURCE_EXHAUSTED
+	// past the stdin, output or disk caps.
+	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
+	// CloseSandbox removes a sandbox and its workspace; closing one that
+	// does not exist succeeds.
+	CloseSandbox(ctx context.Context, in *CloseSandboxRequest, opts ...grpc.CallOption) (*CloseSandboxResponse, error)
 }
 
 type environmentServiceClient struct {
@@ -163,6 +183,39 @@ func (c *environmentServiceClient) DeleteWorkspace(ctx context.Context, in *Dele
 	return out, nil
 }
 
+func (c *environmentServiceClient) CreateSandbox(ctx context.Context, in *CreateSandboxRequest, opts ...grpc.CallOption) (*CreateSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSandboxResponse)
+	err := c.cc.Invoke(ctx, EnvironmentService_CreateSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *environmentServiceClient) Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EnvironmentService_ServiceDesc.Streams[3], EnvironmentService_Exec_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecRequest, ExecResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_ExecClient = grpc.BidiStreamingClient[ExecRequest, ExecResponse]
+
+func (c *environmentServiceClient) CloseSandbox(ctx context.Context, in *CloseSandboxRequest, opts ...grpc.CallOption) (*CloseSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSandboxResponse)
+	err := c.cc.Invoke(ctx, EnvironmentService_CloseSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnvironmentServiceServer is the server API for EnvironmentService service.
 // All implementations must embed UnimplementedEnvironmentServiceServer
 // for forward compatibility.
@@ -208,6 +261,23 @@ type EnvironmentServiceServer interface {
 	// DeleteWorkspace removes a workspace and everything in it; removing
 	// one that does not exist succeeds.
 	DeleteWorkspace(context.Context, *DeleteWorkspaceRequest) (*DeleteWorkspaceResponse, error)
+	// CreateSandbox starts a sandbox session: a workspace that lasts
+	// (WorkspaceRef.sandbox_id: its files are read and written with the
+	// workspace RPCs) in which Exec runs commands under the isolation the
+	// spec asks for, as Run would. It is removed by CloseSandbox or once
+	// idle for idle_timeout. Errors: as Run's before it starts.
+	CreateSandbox(context.Context, *CreateSandboxRequest) (*CreateSandboxResponse, error)
+	// Exec runs one command in a sandbox: the client sends ExecStart, then
+	// stdin chunks and close_stdin (or ends its side); the server sends
+	// stdout and stderr chunks, then the exit status, last. A signal
+	// message stops the command. Errors: NOT_FOUND for an unknown or
+	// expired sandbox; FAILED_PRECONDITION for what this service cannot
+	// give (a pseudo-terminal on the process backend); RESOURCE_EXHAUSTED
+	// past the stdin, output or disk caps.
+	Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
+	// CloseSandbox removes a sandbox and its workspace; closing one that
+	// does not exist succeeds.
+	CloseSandbox(context.Context, *CloseSandboxRequest) (*CloseSandboxResponse, error)
 	mustEmbedUnimplementedEnvironmentServiceServer()
 }
 
@@ -235,6 +305,15 @@ func (UnimplementedEnvironmentServiceServer) WriteWorkspaceFile(grpc.ClientStrea
 }
 func (UnimplementedEnvironmentServiceServer) DeleteWorkspace(context.Context, *DeleteWorkspaceRequest) (*DeleteWorkspaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteWorkspace not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) CreateSandbox(context.Context, *CreateSandboxRequest) (*CreateSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSandbox not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error {
+	return status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedEnvironmentServiceServer) CloseSandbox(context.Context, *CloseSandboxRequest) (*CloseSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSandbox not implemented")
 }
 func (UnimplementedEnvironmentServiceServer) mustEmbedUnimplementedEnvironmentServiceServer() {}
 func (UnimplementedEnvironmentServiceServer) testEmbeddedByValue()                            {}
@@ -340,6 +419,49 @@ func _EnvironmentService_DeleteWorkspace_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnvironmentService_CreateSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvironmentServiceServer).CreateSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvironmentService_CreateSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvironmentServiceServer).CreateSandbox(ctx, req.(*CreateSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EnvironmentService_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(EnvironmentServiceServer).Exec(&grpc.GenericServerStream[ExecRequest, ExecResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EnvironmentService_ExecServer = grpc.BidiStreamingServer[ExecRequest, ExecResponse]
+
+func _EnvironmentService_CloseSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvironmentServiceServer).CloseSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvironmentService_CloseSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvironmentServiceServer).CloseSandbox(ctx, req.(*CloseSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnvironmentService_ServiceDesc is the grpc.ServiceDesc for EnvironmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -359,6 +481,14 @@ var EnvironmentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteWorkspace",
 			Handler:    _EnvironmentService_DeleteWorkspace_Handler,
 		},
+		{
+			MethodName: "CreateSandbox",
+			Handler:    _EnvironmentService_CreateSandbox_Handler,
+		},
+		{
+			MethodName: "CloseSandbox",
+			Handler:    _EnvironmentService_CloseSandbox_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -374,6 +504,12 @@ var EnvironmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WriteWorkspaceFile",
 			Handler:       _EnvironmentService_WriteWorkspaceFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Exec",
+			Handler:       _EnvironmentService_Exec_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},
