@@ -157,6 +157,61 @@
 // model call at c=1 and 1296 -> 1466 at c=16, within the noise (load
 // average 9-13).
 //
+// Fourth round (after issue 21: the orchestrator streams each operator
+// call with ExecuteStream and writes a transcript entry to State per
+// call; one run at 680d48f gave 9.0x / 6.2x). What the round tried, with
+// ROUTES=operator COUNT=1 BENCHTIME=2s scripts/bench-path.sh and
+// NEURON_TEST_BINARIES set to each build, alternated. The VM's load
+// average was 16-37 on its 2 CPUs the whole time (other sessions'
+// builds and tests): a dispatch's wall time at c=1 moved from 33 to 380
+// ms and the hand loop's CPU per call from 454 to 1043 µs between runs,
+// so none of these runs can show a change under about 30%:
+//
+//	| build (e23751b, or it with one change)      | c=1 vs hand, per run         | c=16 vs hand, per run    |
+//	|---------------------------------------------|------------------------------|--------------------------|
+//	| e23751b                                     | 11.7x 10.1x 8.1x 12.7x 10.7x | 7.9x 6.2x 6.9x 7.6x 6.7x |
+//	| every call unary (Execute; experiment only) | 9.3x 10.0x                   | 5.1x 7.4x                |
+//	| transcript Value built directly (kept)      | 10.0x 14.7x                  | 6.4x 7.2x                |
+//
+// Unary calls (a Streamer that always falls back to Execute): the
+// operator then makes its model calls unstreamed and sends no progress;
+// not kept, and not made conditional on WatchWorkflow having a watcher,
+// because the transcript's tool calls come from the progress (a unary
+// call would record none) and a watcher joining mid-call would get no
+// text for that call; keeping both needs the operator to return its tool
+// calls with the output, a change to OperatorOutput (the operator proto).
+// (The operator's lower peak RSS in those runs is the order of the runs:
+// the second build of each pair showed it with the same operator binary.)
+// The transcript entry's Value is now built from the message instead of
+// protojson's text parsed back (transcript.go valueOf, the same Value:
+// TestTranscriptValue): BenchmarkWriteTranscript, a filled entry, 8.5 ->
+// 1.5 ms, 3997 -> 1230 allocations, 136 -> 50 KB under the same load;
+// in the profile below protojson was about half of WriteTranscript, 3.5%
+// of the orchestrator's CPU at c=16.
+//
+// Where the CPU goes at e23751b (PERF_DIR, c=1 / c=16; each sample by
+// the innermost frame named): every process spends 31-39% / 22-33% in
+// the kernel's network, futex and sleep paths and 11-15% / 7-8% in Go's
+// scheduler: at c=1 each of a dispatch's hand-offs wakes an idle process
+// (five gRPC round trips between our processes, twelve stream messages
+// from the operator, four bbolt commits of two fdatasyncs each: two in
+// the journal, two in State). fsync and bbolt are 15-17% of State's and
+// the orchestrator's; protobuf (encoding, protovalidate) 9-15% / 11-29%;
+// gRPC 8-13%; the model call's HTTP and JSON 13-14% of the operator's.
+// The orchestrator's workflow path: journal commits 7.4% / 4.6%, the
+// transcript write 3.8% / 7.1% (half protojson, cut above), the streamed
+// call and its progress 3.0% / 3.1%, the history effect 4% / 3.8%.
+// What a dispatch must do (durable acknowledgements, the transcript in
+// State, live progress) does not by itself exceed the 2x target: one
+// bare grpc-go echo costs about 170 µs of CPU here (bench-orchestrator.sh)
+// and a bbolt commit's two fdatasyncs about as much, so five round trips
+// and four commits come to roughly 1.5 ms per dispatch (an estimate from
+// those figures, not measured as one) next to the hand loop's 1.9 ms for
+// its four calls: a floor near 1.8x. The rest
+// (about 4x the hand loop) is per-call overhead in the processes: the
+// standard server chain on each call, allocation, and idle processes
+// woken for each hand-off. The target stays missed.
+//
 // It holds only benchmarks, never part of `make test`; Linux only (it
 // reads /proc):
 //
