@@ -3,12 +3,14 @@ package orchestrator_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/harness"
@@ -18,6 +20,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/scope"
 	"github.com/secbear/neuron/services/operator"
+	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/state"
 )
 
@@ -101,5 +104,41 @@ func TestRecallAcrossSessions(t *testing.T) {
 	}
 	if strings.Contains(seen.String(), "Remember: my car is blue") {
 		t.Error("session-2 saw session-1's conversation; the fact must come from memory")
+	}
+}
+
+// TestMemoryScopesNarrowOnly: an agent's memory_scopes reach its
+// invocations; a dispatch's own can narrow them, never widen them.
+func TestMemoryScopesNarrowOnly(t *testing.T) {
+	reg, err := orchestrator.ParseRegistry(registryYAML(t,
+		map[string]any{"id": "wide", "operator": "127.0.0.1:1", "memory_scopes": []any{"session", "global"}},
+		map[string]any{"id": "own", "operator": "127.0.0.1:1"},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(id string, asked ...string) []string {
+		a, err := reg.Lookup(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Apply(&operatorv1.OperatorInput{Config: &operatorv1.OperatorConfig{MemoryScopes: asked}}).GetConfig().GetMemoryScopes()
+	}
+	for _, c := range []struct {
+		id    string
+		asked []string
+		want  []string
+	}{
+		{"wide", nil, []string{"session", "global"}},
+		{"wide", []string{"global", "agent"}, []string{"global"}},
+		{"own", nil, nil},
+		{"own", []string{"global", "custom:x", "session"}, []string{"session"}},
+	} {
+		if got := apply(c.id, c.asked...); !slices.Equal(got, c.want) {
+			t.Errorf("%s asked %v: memory_scopes %v; want %v", c.id, c.asked, got, c.want)
+		}
+	}
+	if _, err := orchestrator.ParseRegistry(registryYAML(t, map[string]any{"id": "bad", "operator": "127.0.0.1:1", "memory_scopes": []any{"everything"}})); err == nil || !strings.Contains(err.Error(), "memory_scopes[0]") {
+		t.Errorf("an unknown scope name: %v; want an error naming memory_scopes[0]", err)
 	}
 }

@@ -361,6 +361,28 @@ func (r *Registry) Agents() []*Agent {
 	return append([]*Agent(nil), r.agents...)
 }
 
+// memoryScopes is the OperatorConfig.memory_scopes of an invocation: the
+// definition's (def), narrowed to those the input asks for (in). An input
+// can narrow, never widen: a scope the definition does not allow (without
+// memory_scopes: the invocation's own session, workflow and agent) is
+// dropped, and nil (the invocation's own) is left when none remains.
+func memoryScopes(in, def []string) []string {
+	allowed := def
+	if len(allowed) == 0 {
+		allowed = []string{"session", "workflow", "agent"}
+	}
+	if len(in) == 0 {
+		return slices.Clone(def)
+	}
+	var out []string
+	for _, s := range in {
+		if slices.Contains(allowed, s) && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Apply returns a copy of in with the agent's defaults filled where the
 // input's OperatorConfig leaves a field unset: max_turns, model,
 // system_addendum and instructions when absent, mcp_servers when empty,
@@ -415,9 +437,7 @@ func (a *Agent) Apply(in *operatorv1.OperatorInput) *operatorv1.OperatorInput {
 	if cfg.SessionHistory == nil && d.SessionHistory != nil {
 		cfg.SessionHistory = proto.Bool(*d.SessionHistory)
 	}
-	if len(cfg.MemoryScopes) == 0 && len(d.MemoryScopes) > 0 {
-		cfg.MemoryScopes = slices.Clone(d.MemoryScopes)
-	}
+	cfg.MemoryScopes = memoryScopes(cfg.MemoryScopes, d.MemoryScopes)
 	if cfg.ContextStrategy == operatorv1.ContextStrategy_CONTEXT_STRATEGY_UNSPECIFIED {
 		cfg.ContextStrategy = d.ContextStrategy
 	}
