@@ -58,7 +58,7 @@ var serviceNames = []string{"state", "operator", "environment", "orchestrator"}
 
 // stopTiers is the stop order: the orchestrator first (its workflows
 // pause), then the agent services, then state.
-var stopTiers = [][]string{{"console"}, {"orchestrator"}, {"operator", "environment"}, {"state"}}
+var stopTiers = [][]string{{"console", gatewayName}, {"orchestrator"}, {"operator", "environment"}, {"state"}}
 
 // consoleName is the web console's binary (services/console), started
 // after the four services when it is beside them (make build puts it
@@ -70,6 +70,17 @@ const consoleName = "console"
 // neuron up, tests) "auto" takes any free loopback port, printed once
 // the console is SERVING.
 const defaultConsoleAddr = "127.0.0.1:7080"
+
+// gatewayName is the gateway's binary (services/gateway), started after
+// the four services when it is beside them: the agents over A2A, MCP and
+// server-sent events. On the default addresses it serves gRPC on
+// defaultGatewayAddr and HTTP on defaultGatewayHTTPAddr; on others, on
+// free loopback ports.
+const (
+	gatewayName            = "gateway"
+	defaultGatewayAddr     = "127.0.0.1:7076"
+	defaultGatewayHTTPAddr = "127.0.0.1:7077"
+)
 
 // modelEnv are the variables that configure a real model, in the
 // operator's order of preference (providers.ModelVars).
@@ -109,6 +120,8 @@ type up struct {
 	// not run sandboxed with a model key.
 	sidecar  *providers.Descriptor
 	children map[string]*child
+	// gatewayHTTP is the gateway's HTTP address; empty: no gateway.
+	gatewayHTTP string
 	// demoAgents is the demo agents' registry YAML this start wrote.
 	demoAgents []byte
 }
@@ -402,6 +415,40 @@ func (u *up) plan() {
 			logPath: u.abs("logs", consoleName+".log"), logShown: u.shown("logs", consoleName+".log"),
 		}
 	}
+	u.planGateway(addr)
+}
+
+// planGateway adds the gateway when its binary is beside the services.
+func (u *up) planGateway(addr func(string) string) {
+	bin := filepath.Join(u.f.binDir, gatewayName)
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return
+	}
+	grpcAddr, httpAddr := defaultGatewayAddr, defaultGatewayHTTPAddr
+	if addr("orchestrator") != defaultOrchestratorAddr || addr("state") != defaultStateAddr {
+		grpcAddr, httpAddr = "127.0.0.1:0", freeLoopbackAddr()
+	}
+	if httpAddr == "" {
+		return
+	}
+	u.gatewayHTTP = httpAddr
+	u.children[gatewayName] = &child{
+		name: gatewayName, addr: grpcAddr, bin: bin,
+		args: []string{"--dev", "--addr", grpcAddr, "--http-addr", httpAddr, "--log-format", "json", "--shutdown-timeout", "5s",
+			"--orchestrator-addr", addr("orchestrator"), "--state-addr", addr("state")},
+		logPath: u.abs("logs", gatewayName+".log"), logShown: u.shown("logs", gatewayName+".log"),
+	}
+}
+
+// freeLoopbackAddr is a loopback address with a port free now; "" when
+// none could be had.
+func freeLoopbackAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return ""
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // upEvent is news from a child: SERVING (addr set) or exited.
@@ -429,6 +476,9 @@ func (u *up) run(ctx context.Context) error {
 	started := serviceNames
 	if u.children[consoleName] != nil {
 		started = append(append([]string(nil), serviceNames...), consoleName)
+	}
+	if u.children[gatewayName] != nil {
+		started = append(append([]string(nil), started...), gatewayName)
 	}
 	for _, name := range started {
 		ch := u.children[name]
@@ -529,6 +579,10 @@ func (u *up) printReady() {
 		fmt.Fprintf(u.out, "console   http://%s/  (workflows, transcripts, approvals, agents, state in a browser; no login in dev mode)\n", ch.addr)
 	} else if u.f.consoleAddr != "" && u.f.consoleAddr != "none" {
 		fmt.Fprintf(u.out, "console   not started: no %s binary in %s (make build puts it there)\n", consoleName, u.f.binDir)
+	}
+	if ch := u.children[gatewayName]; ch != nil {
+		fmt.Fprintf(u.out, "gateway   A2A http://%s/a2a/<agent> (card: .well-known/agent-card.json under it; gRPC %s) · MCP http://%s/mcp · chat POST http://%s/v1/chat\n",
+			u.gatewayHTTP, ch.addr, u.gatewayHTTP, u.gatewayHTTP)
 	}
 	fmt.Fprintf(u.out, "try       neuron run assistant \"your task\"  ·  neuron workflows list  ·  neuron events --after 0\n")
 	if a, st := *u.f.addrs["orchestrator"], *u.f.addrs["state"]; a != defaultOrchestratorAddr || st != defaultStateAddr {
