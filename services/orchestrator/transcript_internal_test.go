@@ -170,6 +170,24 @@ func BenchmarkWriteTranscript(b *testing.B) {
 	}
 }
 
+// BenchmarkTranscriptValue compares building a filled entry's Value
+// directly (valueOf, what WriteTranscript does) with protojson's text
+// parsed back (viaJSON, what it did before).
+func BenchmarkTranscriptValue(b *testing.B) {
+	rec := &orchestratorv1.TranscriptStep{}
+	fill(b, rec.ProtoReflect(), 0, 0)
+	for name, encode := range map[string]func(protoreflect.Message) (*structpb.Value, error){"direct": valueOf, "protojson": viaJSON} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := encode(rec.ProtoReflect()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 type countingState struct {
 	statev1.StateServiceClient
 	n int
