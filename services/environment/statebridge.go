@@ -63,10 +63,12 @@ func defaultBridgeLimits() bridgeLimits {
 }
 
 // readableScopes are the scopes one invocation may read through its
-// bridge: its input's session, and its dispatch's workflow and agent.
-// Everything else (the global scope, other sessions, workflows and
-// agents, custom scopes) belongs to other tenants or to the
-// orchestrator.
+// bridge: its input's session, and its dispatch's workflow and agent,
+// plus the global and custom scopes its config's memory_scopes name (set
+// by the orchestrator from the agent's definition, which a dispatch can
+// only narrow; the memory tools read them). Everything else (other
+// sessions, workflows and agents, scopes not named) belongs to other
+// tenants or to the orchestrator.
 type readableScopes []*typesv1.Scope
 
 // invocationScopes returns the scopes in may read. Ids that are not
@@ -85,6 +87,14 @@ func invocationScopes(in *operatorv1.OperatorInput) readableScopes {
 		add(scope.Workflow(w))
 		if a := in.GetDispatch().GetAgentId(); a != "" {
 			add(scope.Agent(w, a))
+		}
+	}
+	for _, name := range in.GetConfig().GetMemoryScopes() {
+		switch {
+		case name == "global":
+			add(scope.Global())
+		case strings.HasPrefix(name, "custom:"):
+			add(scope.Custom(strings.TrimPrefix(name, "custom:")))
 		}
 	}
 	return out
@@ -114,7 +124,7 @@ func (r readableScopes) String() string {
 	for i, s := range r {
 		names[i] = scope.String(s)
 	}
-	return "it may read only " + strings.Join(names, ", ") + " (its input's session and its dispatch's workflow and agent)"
+	return "it may read only " + strings.Join(names, ", ") + " (its input's session, its dispatch's workflow and agent, and the scopes its memory_scopes name)"
 }
 
 // clip shortens an attacker-chosen string for an error message.

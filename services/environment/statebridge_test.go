@@ -191,6 +191,8 @@ func TestStateBridgeScopes(t *testing.T) {
 		{"agent without workflow", &operatorv1.OperatorInput{Dispatch: &operatorv1.DispatchContext{AgentId: "a1"}},
 			nil, "it may read no scope"},
 		{"stateless", &operatorv1.OperatorInput{}, nil, "it may read no scope"},
+		{"memory scopes", &operatorv1.OperatorInput{SessionId: proto.String("s1"), Config: &operatorv1.OperatorConfig{MemoryScopes: []string{"global", "custom:shared", "workflow"}}},
+			[]*typesv1.Scope{scope.Session("s1"), scope.Global(), scope.Custom("shared")}, `it may read only session:"s1", global, custom:"shared"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bridge := dialBridge(t, st, tc.input)
