@@ -299,6 +299,9 @@ func LoadRegistry(path string) (*Registry, error) {
 //     default it is stored and read back, not indexed (cheaper).
 //   - session_history: false makes the agent's invocations neither read
 //     nor write their session's conversation history (default true).
+//   - busy_session: what a message for a session does while a workflow
+//     of this agent for that session has not ended: reject, enqueue,
+//     interrupt or signal (absent: messages run side by side).
 //   - memory_scopes: the State scopes the agent's memory tools
 //     (search_memory, read_memory) may read: session, workflow, agent,
 //     global (a stored definition's memory.readable_scopes); absent: its

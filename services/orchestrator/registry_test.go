@@ -169,6 +169,7 @@ func TestParseRegistryErrors(t *testing.T) {
 		{"agents not a list", "agents: {id: a}\n", `agents: got an object, want a list`, false},
 		{"syntax error", "agents:\n  - id: a\n   operator: x\n", `yaml: line 2: did not find expected '-' indicator`, true},
 		{"duplicate key", "agents: [{id: a, operator: x, operator: y}]\n", `key "operator" already set in map`, true},
+		{"busy_session unknown", "agents: [{id: a, operator: x, busy_session: queue}]\n", `agent "a": busy_session "queue": want reject, enqueue, interrupt or signal (leave it out to run messages side by side)`, false},
 		// Ids.
 		{"agent not a mapping", "agents: [researcher]\n", `agents[0]: want a mapping with an id, such as {id: researcher, operator: 127.0.0.1:7071}`, false},
 		{"no id", "agents: [{id: a, operator: x}, {operator: x}]\n", `agents[1]: id is required`, false},

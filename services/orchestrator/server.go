@@ -43,6 +43,9 @@ type Server struct {
 	hub  *Hub
 	// state keeps the transcripts (GetTranscript).
 	state statev1.StateServiceClient
+	// agents looks up agents' busy_session policies (WithAgents); nil:
+	// every session runs its messages side by side.
+	agents func(id string) (*Agent, error)
 	// approvalTimeout decides approvals left waiting that long, approving
 	// when approvalDefault; 0: never.
 	approvalTimeout time.Duration
@@ -102,7 +105,7 @@ func budgetOf(m *typesv1.Money) (decimal.NullDecimal, error) {
 
 // start checks a Dispatch or StartWorkflow request and starts (or finds)
 // its workflow.
-func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (string, bool, error) {
+func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached, unnamed bool) (string, bool, error) {
 	if in == nil || in.Message == nil {
 		return "", false, fmt.Errorf("input.message is required: %w", errs.InvalidArgument)
 	}
@@ -114,18 +117,49 @@ func (s *Server) start(ctx context.Context, wfID, agentID string, in *operatorv1
 	// is assigned.
 	in = proto.Clone(in).(*operatorv1.OperatorInput)
 	in.Dispatch = &operatorv1.DispatchContext{CorrelationId: in.GetDispatch().GetCorrelationId(), CausationId: in.GetDispatch().GetCausationId()}
-	unnamed := wfID == "" && !detached
 	if wfID == "" {
 		wfID = NewWorkflowID()
 	}
 	return s.e.Start(ctx, &StartRequest{WorkflowID: wfID, AgentID: agentID, Input: in, Budget: budget, Detached: detached, Unnamed: unnamed})
 }
 
+// startGated is start after the session gate (sessionGate): signaled
+// names the workflow the message went to instead.
+func (s *Server) startGated(ctx context.Context, wfID, agentID string, in *operatorv1.OperatorInput, b *typesv1.Money, detached bool) (id string, existed bool, signaled string, err error) {
+	// Nobody can name a workflow before its Dispatch answers, unless the
+	// session gate does (a claim names it).
+	unnamed := wfID == "" && !detached
+	if policy := s.busyPolicy(agentID); in.GetSessionId() != "" && policy != "" && in.GetMessage() != nil {
+		if wfID == "" {
+			wfID, unnamed = NewWorkflowID(), false
+		}
+		gate, err := s.sessionGate(ctx, agentID, policy, wfID, in)
+		if err != nil {
+			return "", false, "", err
+		}
+		if gate != nil && gate.signaled != "" {
+			return "", false, gate.signaled, nil
+		}
+		if gate != nil && gate.input != nil {
+			in = gate.input
+		}
+	}
+	startCtx := ctx
+	if detached {
+		startCtx = context.WithoutCancel(ctx)
+	}
+	id, existed, err = s.start(startCtx, wfID, agentID, in, b, detached, unnamed)
+	return id, existed, "", err
+}
+
 // Dispatch implements OrchestratorService.Dispatch.
 func (s *Server) Dispatch(ctx context.Context, req *orchestratorv1.DispatchRequest) (*orchestratorv1.DispatchResponse, error) {
-	id, existed, err := s.start(ctx, req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), false)
+	id, existed, signaled, err := s.startGated(ctx, req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), false)
 	if err != nil {
 		return nil, err
+	}
+	if signaled != "" {
+		return s.signaledResponse(ctx, signaled)
 	}
 	wf, err := s.e.Wait(ctx, id)
 	if err != nil {
@@ -364,9 +398,13 @@ func signalsView(sigs []SignalView) []any {
 
 // StartWorkflow implements OrchestratorService.StartWorkflow.
 func (s *Server) StartWorkflow(ctx context.Context, req *orchestratorv1.StartWorkflowRequest) (*orchestratorv1.StartWorkflowResponse, error) {
-	id, existed, err := s.start(context.WithoutCancel(ctx), req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), true)
+	id, existed, signaled, err := s.startGated(ctx, req.GetWorkflowId(), req.GetAgentId(), req.GetInput(), req.GetBudget(), true)
 	if err != nil {
 		return nil, err
+	}
+	if signaled != "" {
+		// The message went to the session's running workflow.
+		return &orchestratorv1.StartWorkflowResponse{WorkflowId: signaled, AlreadyStarted: true}, nil
 	}
 	return &orchestratorv1.StartWorkflowResponse{WorkflowId: id, AlreadyStarted: existed}, nil
 }

@@ -104,6 +104,7 @@ func ToAgent(a *agentv1.Agent) (*orchestrator.Agent, error) {
 	if dl := d.GetDelegation(); dl != nil {
 		out.Restricted, out.AllowedAgents = true, append([]string{}, dl.GetAllowedAgents()...)
 	}
+	out.BusySession = busySessions[d.GetBusySession()]
 	return out, nil
 }
 
@@ -236,6 +237,11 @@ func FromAgent(a *orchestrator.Agent) *agentv1.Agent {
 	if len(def.Metadata.GetFields()) > 0 {
 		d.Metadata = proto.CloneOf(def.Metadata)
 	}
+	for p, name := range busySessions {
+		if name != "" && name == a.BusySession {
+			d.BusySession = p
+		}
+	}
 	r := a.Retry.WithDefaults()
 	if r != (orchestrator.RetryPolicy{}).WithDefaults() {
 		d.Retry = &agentv1.RetryPolicy{MaxAttempts: uint32(r.MaxAttempts), InitialBackoff: durationpb.New(r.InitialBackoff), MaxBackoff: durationpb.New(r.MaxBackoff)}
@@ -251,4 +257,14 @@ func appendOnce(list []string, s string) []string {
 		return list
 	}
 	return append(list, s)
+}
+
+// busySessions are the Agent.BusySession names of the definition's
+// policies.
+var busySessions = map[agentv1.BusySessionPolicy]string{
+	agentv1.BusySessionPolicy_BUSY_SESSION_POLICY_UNSPECIFIED: "",
+	agentv1.BusySessionPolicy_BUSY_SESSION_POLICY_REJECT:      orchestrator.BusyReject,
+	agentv1.BusySessionPolicy_BUSY_SESSION_POLICY_ENQUEUE:     orchestrator.BusyEnqueue,
+	agentv1.BusySessionPolicy_BUSY_SESSION_POLICY_INTERRUPT:   orchestrator.BusyInterrupt,
+	agentv1.BusySessionPolicy_BUSY_SESSION_POLICY_SIGNAL:      orchestrator.BusySignal,
 }

@@ -434,7 +434,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	orchSrv := orchestrator.NewServer(engine, cfg.Engine.Workers, orchestrator.WithWatch(bus, cfg.EventLogPoll, hub),
 		orchestrator.WithTranscripts(deps.State), orchestrator.WithApprovalTimeout(cfg.ApprovalTimeout, cfg.ApprovalTimeoutApprove),
-		orchestrator.WithServerLog(log))
+		orchestrator.WithServerLog(log), orchestrator.WithAgents(reg.Lookup))
 	orchestratorv1.RegisterOrchestratorServiceServer(srv, orchSrv)
 	timeoutsCtx, stopTimeouts := context.WithCancel(ctx)
 	defer stopTimeouts()
