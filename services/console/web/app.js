@@ -232,8 +232,15 @@ async function workflowPage(id) {
     renderActions();
   };
 
+  // The approval and action forms are rebuilt only when what they show
+  // changes, so a refresh never drops an edit or the keyboard focus.
+  let approvalsKey = null;
+  let actionsKey = null;
   const renderApprovals = () => {
     const pending = wf.pendingApprovals || [];
+    const key = pending.map((p) => `${p.step}/${p.toolCall && p.toolCall.toolUseId}`).join(',');
+    if (key === approvalsKey) return;
+    approvalsKey = key;
     if (!pending.length) { approvals.replaceChildren(); return; }
     const msg = h('div', {});
     const rows = pending.map((p, i) => {
@@ -279,6 +286,9 @@ async function workflowPage(id) {
 
   const renderActions = () => {
     const running = ['running', 'suspended'].includes(statusName(wf.status));
+    const key = `${running}`;
+    if (key === actionsKey) return;
+    actionsKey = key;
     const parts = [h('h2', { id: 'h-actions' }, 'Actions')];
     const msg = h('div', {});
     if (running && can('CancelWorkflow')) {
