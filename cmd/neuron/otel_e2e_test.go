@@ -93,6 +93,24 @@ func TestUpTraces(t *testing.T) {
 			t.Errorf("invoke_agent assistant is not under dispatch assistant")
 		}
 	}
+	// Metrics, pushed over OTLP when each service stopped: tokens and
+	// cost by model and agent, model-call latency, tool calls, dispatch
+	// latency and outcomes, workflows by status, and every service's call
+	// latency (otelgrpc's, which is the State operations' latency).
+	metrics := rcv.MetricNames()
+	for _, m := range []string{"gen_ai.client.token.usage", "gen_ai.client.operation.duration", "neuron.gen_ai.cost",
+		"neuron.tool.calls", "neuron.dispatch.duration", "neuron.dispatch.calls", "neuron.workflows"} {
+		if metrics[m] == 0 {
+			t.Errorf("no data points of metric %s (got %v)", m, metrics)
+		}
+	}
+	var rpc bool
+	for m := range metrics {
+		rpc = rpc || strings.HasPrefix(m, "rpc.server.")
+	}
+	if !rpc {
+		t.Errorf("no rpc.server.* metric (got %v)", metrics)
+	}
 	if t.Failed() {
 		t.Logf("spans of the trace: %v", names(tr))
 	}
