@@ -145,6 +145,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.operator.Dev, f.operator.Plaintext = f.srv.Dev, f.srv.Plaintext
 	f.state.Dev, f.state.Plaintext = f.srv.Dev, f.srv.Plaintext
 	f.mw.Client.Dev, f.mw.Client.Plaintext = f.srv.Dev, f.srv.Plaintext
+	// --otel, --otel-endpoint: spans of the calls it makes too.
+	otel := f.srv.Telemetry || f.srv.OTel.Enabled()
+	f.operator.Telemetry, f.state.Telemetry, f.mw.Client.Telemetry = otel, otel, otel
 	return f, nil
 }
 
