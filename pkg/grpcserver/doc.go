@@ -5,7 +5,9 @@
 // The chain, outermost first (see chain.go), from the general server
 // interceptors of pkg/interceptor and go-grpc-middleware v2:
 //
-//	otelgrpc stats handler   traces and metrics for every call (--otel)
+//	otelgrpc stats handler   traces and metrics for every call (--otel, or
+//	                         --otel-endpoint / --metrics-addr, which also
+//	                         install the process's exporters: pkg/telemetry)
 //	auth principal slot      where auth leaves the principal for calllog (auth; not in dev)
 //	calllog                  one structured line per finished call (redacted)
 //	errmap                   errors to statuses, once (errs.ToStatus)
