@@ -292,14 +292,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Progress:      cfg.Progress,
 		Log:           log,
 	}
-	ws, err := workspace.Open(filepath.Join(cfg.DataDir, "workspaces"), cfg.WorkspaceMaxBytes, cfg.WorkspaceRetention, log)
-	if err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
+	// Only a backend that keeps workspaces needs the store (the local
+	// backend, in a read-only container, has no directory to make it in).
+	keeps := false
+	for _, b := range backends {
+		if p, ok := b.(Persistent); ok && p.PersistentWorkspaces() {
+			keeps = true
+		}
 	}
-	sc.Workspaces = ws
-	retCtx, stopRetention := context.WithCancel(ctx)
-	defer stopRetention()
-	go ws.RunRetention(retCtx, min(max(cfg.WorkspaceRetention/10, time.Second), time.Hour))
+	if keeps {
+		ws, err := workspace.Open(filepath.Join(cfg.DataDir, "workspaces"), cfg.WorkspaceMaxBytes, cfg.WorkspaceRetention, log)
+		if err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		sc.Workspaces = ws
+		retCtx, stopRetention := context.WithCancel(ctx)
+		defer stopRetention()
+		go ws.RunRetention(retCtx, min(max(cfg.WorkspaceRetention/10, time.Second), time.Hour))
+	}
 	if mw != nil {
 		sc.Exec, _ = mw.ExecServerInterceptors()
 		log.Info("each run is consulted with the exec-boundary middleware", "middleware", cfg.Middleware.Client.Target, "fail_open", cfg.Middleware.FailOpen)
