@@ -143,11 +143,11 @@ func TestAttackResourceLimits(t *testing.T) {
 		return &environmentv1.EnvironmentSpec{Resources: &environmentv1.ResourceLimits{Memory: proto.String(mem), MaxProcesses: proto.Uint32(procs)}}
 	}
 	t.Run("fork bomb", func(t *testing.T) {
-		got, resp := e.bash(t, `bomb() { bomb | bomb & }; bomb; sleep 3; echo survived`, limited("512Mi", 48))
+		got, resp := e.bash(t, `bomb7f3() { bomb7f3 | bomb7f3 & }; bomb7f3; sleep 3; echo survived`, limited("512Mi", 48))
 		if !contains(resp.GetUsage().GetLimitsHit(), "processes") {
 			t.Errorf("process limit not reported: usage %v, text %q", resp.GetUsage(), got)
 		}
-		if left := sandboxProcesses(t, ""); len(left) > 0 {
+		if left := sandboxProcesses(t, "bomb7f3"); len(left) > 0 {
 			t.Errorf("processes outlived the run: %v", left)
 		}
 	})
