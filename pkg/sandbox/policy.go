@@ -3,9 +3,11 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -55,6 +57,32 @@ type Policy struct {
 	// stderr. Bytes past the cap are read and discarded but counted in
 	// Result.StdoutSize / StderrSize. Zero means DefaultMaxOutput.
 	MaxOutput int
+
+	// Stdout and Stderr, when set, receive the child's output as it is
+	// written instead of having it captured: Result.Stdout, Stderr and
+	// their sizes stay empty, and MaxOutput does not apply. An *os.File
+	// (the write end of a pipe, a pseudo-terminal) is handed to the child
+	// as it is, so nothing sits between the two: a reader that falls
+	// behind makes the child's writes block, and what it has written is
+	// still in the file when Run returns. Any other writer is fed by a
+	// goroutine that Run stops waiting for two seconds after the child
+	// ended.
+	Stdout, Stderr io.Writer
+
+	// Terminal says that the stdin given to Run is the follower end of a
+	// pseudo-terminal (an *os.File): the child starts a new session with
+	// it as its controlling terminal, instead of only a new process
+	// group. Its process group id is still its pid.
+	Terminal bool
+
+	// Signals delivers signals to the child's whole process group while
+	// it runs. With Namespaces.PID the child is the init process of its
+	// namespace, which the kernel shields from every signal it installed
+	// no handler for (SIGKILL aside): a signal whose default action ends
+	// a process (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2) that
+	// the child neither catches nor ignores ends the group as that action
+	// would, and Result.Signal names it.
+	Signals <-chan syscall.Signal
 
 	// PrivateTmp makes Run create an empty directory under os.TempDir(),
 	// grant it read-write, set TMPDIR to it in the child environment
@@ -313,6 +341,11 @@ func (p Policy) validate(argv []string) (Policy, error) {
 			return p, errors.New("sandbox: RunAs and Namespaces.User exclude each other (with a user namespace the child runs as the caller's uid)")
 		case os.Geteuid() != 0:
 			return p, errors.New("sandbox: RunAs needs a root caller")
+		}
+	}
+	if p.Terminal {
+		if f, ok := p.Stdout.(*os.File); !ok || f == nil {
+			return p, errors.New("sandbox: Terminal needs the pseudo-terminal's follower end as Stdout (and as stdin and Stderr)")
 		}
 	}
 	if len(p.Files) > 0 && !p.Namespaces.Mount {

@@ -261,6 +261,20 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 		SysProcAttr: p.Namespaces.sysProcAttr(),
 		WaitDelay:   waitDelay,
 	}
+	if p.Stdout != nil {
+		cmd.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		cmd.Stderr = p.Stderr
+	}
+	if p.Terminal {
+		// A new session whose controlling terminal is fd 0 (setsid
+		// makes the child its process group's leader as well).
+		cmd.SysProcAttr.Setpgid = false
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		cmd.SysProcAttr.Ctty = 0
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		cfgW.Close()
@@ -307,13 +321,25 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 		timer = t.C
 	}
 	res := &Result{}
-	var ctxErr error
-	select {
-	case <-exited:
-	case <-timer:
-		res.TimedOut = true
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
+	var (
+		ctxErr error
+		ended  syscall.Signal // a default action Run carried out
+	)
+	for waiting := true; waiting; {
+		select {
+		case <-exited:
+			waiting = false
+		case <-timer:
+			res.TimedOut = true
+			waiting = false
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+			waiting = false
+		case sig := <-p.Signals:
+			if signalGroup(pid, sig, p.Namespaces.PID) {
+				ended = sig
+			}
+		}
 	}
 	// The leader is alive or an unreaped zombie, so pid still names our
 	// process group: kill whatever is in it.
@@ -339,11 +365,47 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	res.ExitCode = cmd.ProcessState.ExitCode()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = unix.SignalName(ws.Signal())
+		if ended != 0 && ws.Signal() == syscall.SIGKILL {
+			res.Signal = unix.SignalName(ended)
+		}
 	}
 	if ctxErr != nil {
 		return res, ctxErr
 	}
 	return res, nil
+}
+
+// signalGroup sends sig to process group pgid, whose leader is the init
+// process of its own pid namespace when nsInit. Such a leader ignores a
+// signal it has no handler for; when sig would have ended it by default
+// (and it does not ignore sig), signalGroup ends the group with SIGKILL
+// instead and reports true.
+func signalGroup(pgid int, sig syscall.Signal, nsInit bool) bool {
+	_ = syscall.Kill(-pgid, sig)
+	switch sig {
+	case syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2:
+	default:
+		return false
+	}
+	if !nsInit {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pgid) + "/status")
+	if err != nil {
+		return false
+	}
+	bit := uint64(1) << (uint(sig) - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigCgt" && k != "SigIgn") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err != nil || mask&bit != 0 {
+			return false // handled or ignored (or unreadable): the signal stands
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return true
 }
 
 // selfExe is the running binary for the trampoline: /proc/self/exe, or,

@@ -50,6 +50,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -492,6 +493,21 @@ func sweep(dir string, log *slog.Logger) int {
 // state bridge and the progress socket are left out: they serve the
 // operator.
 func (b *Backend) Exec(ctx context.Context, inv *environment.Invocation, argv []string, stdin []byte) (*environment.ExecResult, error) {
+	return b.exec(ctx, inv, argv, bytes.NewReader(stdin), nil)
+}
+
+// ExecStream implements environment.StreamExecutor: Exec, with the
+// command's standard streams (a pseudo-terminal with w.TTY) and signals
+// wired as w says rather than captured.
+func (b *Backend) ExecStream(ctx context.Context, inv *environment.Invocation, argv []string, w environment.ExecWiring) (*environment.ExecResult, error) {
+	if w.Stdin == nil || w.Stdout == nil || w.Stderr == nil {
+		return nil, fmt.Errorf("a streamed command needs its stdin, stdout and stderr: %w", errs.Internal)
+	}
+	return b.exec(ctx, inv, argv, w.Stdin, &w)
+}
+
+// exec runs a sandbox command, its output captured or, with w, streamed.
+func (b *Backend) exec(ctx context.Context, inv *environment.Invocation, argv []string, stdin io.Reader, w *environment.ExecWiring) (*environment.ExecResult, error) {
 	if inv.Workspace == nil {
 		return nil, fmt.Errorf("a sandbox command needs its session's workspace: %w", errs.Internal)
 	}
@@ -556,7 +572,10 @@ func (b *Backend) Exec(ctx context.Context, inv *environment.Invocation, argv []
 			policy.Files = append(policy.Files, sandbox.File{Path: f.GetPath(), Data: []byte(c.Value)})
 		}
 	}
-	res, err := sandbox.Run(ctx, policy, argv, bytes.NewReader(stdin))
+	if w != nil {
+		policy.Stdout, policy.Stderr, policy.Terminal, policy.Signals = w.Stdout, w.Stderr, w.TTY, w.Signals
+	}
+	res, err := sandbox.Run(ctx, policy, argv, stdin)
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")

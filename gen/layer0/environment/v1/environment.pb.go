@@ -265,6 +265,7 @@ type ExecRequest struct {
 	//	*ExecRequest_Stdin
 	//	*ExecRequest_CloseStdin
 	//	*ExecRequest_Signal
+	//	*ExecRequest_Resize
 	Kind          isExecRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -343,6 +344,15 @@ func (x *ExecRequest) GetSignal() string {
 	return ""
 }
 
+func (x *ExecRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
 type isExecRequest_Kind interface {
 	isExecRequest_Kind()
 }
@@ -367,6 +377,12 @@ type ExecRequest_Signal struct {
 	Signal string `protobuf:"bytes,4,opt,name=signal,proto3,oneof"`
 }
 
+type ExecRequest_Resize struct {
+	// The pseudo-terminal's new size (tty only); the command gets
+	// SIGWINCH.
+	Resize *TerminalSize `protobuf:"bytes,5,opt,name=resize,proto3,oneof"`
+}
+
 func (*ExecRequest_Start) isExecRequest_Kind() {}
 
 func (*ExecRequest_Stdin) isExecRequest_Kind() {}
@@ -374,6 +390,8 @@ func (*ExecRequest_Stdin) isExecRequest_Kind() {}
 func (*ExecRequest_CloseStdin) isExecRequest_Kind() {}
 
 func (*ExecRequest_Signal) isExecRequest_Kind() {}
+
+func (*ExecRequest_Resize) isExecRequest_Kind() {}
 
 // ExecStart says what Exec runs.
 type ExecStart struct {
@@ -383,8 +401,11 @@ type ExecStart struct {
 	// The command and its arguments; a name without "/" is looked up in
 	// the sandbox's PATH (/usr/local/bin:/usr/bin:/bin).
 	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
-	// Ask for a pseudo-terminal.
-	Tty           bool `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Ask for a pseudo-terminal: the command's stdin, stdout and stderr
+	// (its output then arrives as stdout only) and controlling terminal.
+	Tty bool `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	// The pseudo-terminal's size; unset: 24 rows of 80 columns.
+	Size          *TerminalSize `protobuf:"bytes,4,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +461,68 @@ func (x *ExecStart) GetTty() bool {
 	return false
 }
 
+func (x *ExecStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+// TerminalSize is the size of a pseudo-terminal, in characters.
+type TerminalSize struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rows, 1 to 10000.
+	Rows uint32 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	// Columns, 1 to 10000.
+	Cols          uint32 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 // ExecResponse is one message of Exec's answer.
 type ExecResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -457,7 +540,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +552,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[4]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +565,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{4}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecResponse) GetKind() isExecResponse_Kind {
@@ -561,7 +644,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +656,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[5]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +669,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{5}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecExit) GetCode() int32 {
@@ -628,7 +711,7 @@ type CloseSandboxRequest struct {
 
 func (x *CloseSandboxRequest) Reset() {
 	*x = CloseSandboxRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +723,7 @@ func (x *CloseSandboxRequest) String() string {
 func (*CloseSandboxRequest) ProtoMessage() {}
 
 func (x *CloseSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[6]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +736,7 @@ func (x *CloseSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CloseSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{6}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CloseSandboxRequest) GetSandboxId() string {
@@ -674,7 +757,7 @@ type CloseSandboxResponse struct {
 
 func (x *CloseSandboxResponse) Reset() {
 	*x = CloseSandboxResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +769,7 @@ func (x *CloseSandboxResponse) String() string {
 func (*CloseSandboxResponse) ProtoMessage() {}
 
 func (x *CloseSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[7]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +782,7 @@ func (x *CloseSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CloseSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{7}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CloseSandboxResponse) GetExisted() bool {
@@ -720,7 +803,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +815,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[8]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +828,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{8}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkspaceSpec) GetScope() WorkspaceScope {
@@ -772,7 +855,7 @@ type WorkspaceRef struct {
 
 func (x *WorkspaceRef) Reset() {
 	*x = WorkspaceRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +867,7 @@ func (x *WorkspaceRef) String() string {
 func (*WorkspaceRef) ProtoMessage() {}
 
 func (x *WorkspaceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[9]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +880,7 @@ func (x *WorkspaceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceRef.ProtoReflect.Descriptor instead.
 func (*WorkspaceRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{9}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkspaceRef) GetKind() isWorkspaceRef_Kind {
@@ -872,7 +955,7 @@ type ListWorkspaceFilesRequest struct {
 
 func (x *ListWorkspaceFilesRequest) Reset() {
 	*x = ListWorkspaceFilesRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +967,7 @@ func (x *ListWorkspaceFilesRequest) String() string {
 func (*ListWorkspaceFilesRequest) ProtoMessage() {}
 
 func (x *ListWorkspaceFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[10]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +980,7 @@ func (x *ListWorkspaceFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkspaceFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkspaceFilesRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{10}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListWorkspaceFilesRequest) GetWorkspace() *WorkspaceRef {
@@ -929,7 +1012,7 @@ type ListWorkspaceFilesResponse struct {
 
 func (x *ListWorkspaceFilesResponse) Reset() {
 	*x = ListWorkspaceFilesResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1024,7 @@ func (x *ListWorkspaceFilesResponse) String() string {
 func (*ListWorkspaceFilesResponse) ProtoMessage() {}
 
 func (x *ListWorkspaceFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[11]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1037,7 @@ func (x *ListWorkspaceFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkspaceFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkspaceFilesResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{11}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListWorkspaceFilesResponse) GetFiles() []*WorkspaceFile {
@@ -1002,7 +1085,7 @@ type WorkspaceFile struct {
 
 func (x *WorkspaceFile) Reset() {
 	*x = WorkspaceFile{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1097,7 @@ func (x *WorkspaceFile) String() string {
 func (*WorkspaceFile) ProtoMessage() {}
 
 func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[12]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1110,7 @@ func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFile.ProtoReflect.Descriptor instead.
 func (*WorkspaceFile) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{12}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkspaceFile) GetPath() string {
@@ -1092,7 +1175,7 @@ type ReadWorkspaceFileRequest struct {
 
 func (x *ReadWorkspaceFileRequest) Reset() {
 	*x = ReadWorkspaceFileRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1187,7 @@ func (x *ReadWorkspaceFileRequest) String() string {
 func (*ReadWorkspaceFileRequest) ProtoMessage() {}
 
 func (x *ReadWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[13]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1200,7 @@ func (x *ReadWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadWorkspaceFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadWorkspaceFileRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{13}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadWorkspaceFileRequest) GetWorkspace() *WorkspaceRef {
@@ -1145,7 +1228,7 @@ type ReadWorkspaceFileResponse struct {
 
 func (x *ReadWorkspaceFileResponse) Reset() {
 	*x = ReadWorkspaceFileResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1240,7 @@ func (x *ReadWorkspaceFileResponse) String() string {
 func (*ReadWorkspaceFileResponse) ProtoMessage() {}
 
 func (x *ReadWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[14]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1253,7 @@ func (x *ReadWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadWorkspaceFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadWorkspaceFileResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{14}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadWorkspaceFileResponse) GetData() []byte {
@@ -1197,7 +1280,7 @@ type WriteWorkspaceFileRequest struct {
 
 func (x *WriteWorkspaceFileRequest) Reset() {
 	*x = WriteWorkspaceFileRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1292,7 @@ func (x *WriteWorkspaceFileRequest) String() string {
 func (*WriteWorkspaceFileRequest) ProtoMessage() {}
 
 func (x *WriteWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[15]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1305,7 @@ func (x *WriteWorkspaceFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteWorkspaceFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteWorkspaceFileRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{15}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteWorkspaceFileRequest) GetKind() isWriteWorkspaceFileRequest_Kind {
@@ -1283,7 +1366,7 @@ type WorkspaceFileHeader struct {
 
 func (x *WorkspaceFileHeader) Reset() {
 	*x = WorkspaceFileHeader{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1378,7 @@ func (x *WorkspaceFileHeader) String() string {
 func (*WorkspaceFileHeader) ProtoMessage() {}
 
 func (x *WorkspaceFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[16]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1391,7 @@ func (x *WorkspaceFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFileHeader.ProtoReflect.Descriptor instead.
 func (*WorkspaceFileHeader) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{16}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkspaceFileHeader) GetWorkspace() *WorkspaceRef {
@@ -1343,7 +1426,7 @@ type WriteWorkspaceFileResponse struct {
 
 func (x *WriteWorkspaceFileResponse) Reset() {
 	*x = WriteWorkspaceFileResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1438,7 @@ func (x *WriteWorkspaceFileResponse) String() string {
 func (*WriteWorkspaceFileResponse) ProtoMessage() {}
 
 func (x *WriteWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[17]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1451,7 @@ func (x *WriteWorkspaceFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteWorkspaceFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteWorkspaceFileResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{17}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteWorkspaceFileResponse) GetSize() uint64 {
@@ -1389,7 +1472,7 @@ type DeleteWorkspaceRequest struct {
 
 func (x *DeleteWorkspaceRequest) Reset() {
 	*x = DeleteWorkspaceRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1484,7 @@ func (x *DeleteWorkspaceRequest) String() string {
 func (*DeleteWorkspaceRequest) ProtoMessage() {}
 
 func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[18]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1497,7 @@ func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{18}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteWorkspaceRequest) GetWorkspace() *WorkspaceRef {
@@ -1435,7 +1518,7 @@ type DeleteWorkspaceResponse struct {
 
 func (x *DeleteWorkspaceResponse) Reset() {
 	*x = DeleteWorkspaceResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1530,7 @@ func (x *DeleteWorkspaceResponse) String() string {
 func (*DeleteWorkspaceResponse) ProtoMessage() {}
 
 func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[19]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1543,7 @@ func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{19}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteWorkspaceResponse) GetExisted() bool {
@@ -1484,7 +1567,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1579,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[20]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1592,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{20}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunStreamRequest) GetInput() *v1.OperatorInput {
@@ -1542,7 +1625,7 @@ type RunStreamResponse struct {
 
 func (x *RunStreamResponse) Reset() {
 	*x = RunStreamResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1637,7 @@ func (x *RunStreamResponse) String() string {
 func (*RunStreamResponse) ProtoMessage() {}
 
 func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[21]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1650,7 @@ func (x *RunStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamResponse.ProtoReflect.Descriptor instead.
 func (*RunStreamResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{21}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunStreamResponse) GetKind() isRunStreamResponse_Kind {
@@ -1627,7 +1710,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1722,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[22]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1735,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{22}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunRequest) GetInput() *v1.OperatorInput {
@@ -1686,7 +1769,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1781,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[23]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1794,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{23}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunResponse) GetOutput() *v1.OperatorOutput {
@@ -1759,7 +1842,7 @@ type ResourceUsage struct {
 
 func (x *ResourceUsage) Reset() {
 	*x = ResourceUsage{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1854,7 @@ func (x *ResourceUsage) String() string {
 func (*ResourceUsage) ProtoMessage() {}
 
 func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[24]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1867,7 @@ func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
 func (*ResourceUsage) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{24}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResourceUsage) GetPeakMemoryBytes() uint64 {
@@ -1833,7 +1916,7 @@ type EnvironmentSpec struct {
 
 func (x *EnvironmentSpec) Reset() {
 	*x = EnvironmentSpec{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1928,7 @@ func (x *EnvironmentSpec) String() string {
 func (*EnvironmentSpec) ProtoMessage() {}
 
 func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[25]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1941,7 @@ func (x *EnvironmentSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentSpec.ProtoReflect.Descriptor instead.
 func (*EnvironmentSpec) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{25}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnvironmentSpec) GetIsolation() []*IsolationBoundary {
@@ -1925,7 +2008,7 @@ type IsolationBoundary struct {
 
 func (x *IsolationBoundary) Reset() {
 	*x = IsolationBoundary{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2020,7 @@ func (x *IsolationBoundary) String() string {
 func (*IsolationBoundary) ProtoMessage() {}
 
 func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[26]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2033,7 @@ func (x *IsolationBoundary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationBoundary.ProtoReflect.Descriptor instead.
 func (*IsolationBoundary) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{26}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IsolationBoundary) GetKind() isIsolationBoundary_Kind {
@@ -2085,7 +2168,7 @@ type ProcessIsolation struct {
 
 func (x *ProcessIsolation) Reset() {
 	*x = ProcessIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2180,7 @@ func (x *ProcessIsolation) String() string {
 func (*ProcessIsolation) ProtoMessage() {}
 
 func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[27]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2193,7 @@ func (x *ProcessIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessIsolation.ProtoReflect.Descriptor instead.
 func (*ProcessIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{27}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{28}
 }
 
 // ContainerIsolation runs in a container.
@@ -2124,7 +2207,7 @@ type ContainerIsolation struct {
 
 func (x *ContainerIsolation) Reset() {
 	*x = ContainerIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2219,7 @@ func (x *ContainerIsolation) String() string {
 func (*ContainerIsolation) ProtoMessage() {}
 
 func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[28]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2232,7 @@ func (x *ContainerIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerIsolation.ProtoReflect.Descriptor instead.
 func (*ContainerIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{28}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ContainerIsolation) GetImage() string {
@@ -2168,7 +2251,7 @@ type GvisorIsolation struct {
 
 func (x *GvisorIsolation) Reset() {
 	*x = GvisorIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2263,7 @@ func (x *GvisorIsolation) String() string {
 func (*GvisorIsolation) ProtoMessage() {}
 
 func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[29]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2276,7 @@ func (x *GvisorIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GvisorIsolation.ProtoReflect.Descriptor instead.
 func (*GvisorIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{29}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{30}
 }
 
 // MicroVmIsolation runs in a micro VM.
@@ -2205,7 +2288,7 @@ type MicroVmIsolation struct {
 
 func (x *MicroVmIsolation) Reset() {
 	*x = MicroVmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2300,7 @@ func (x *MicroVmIsolation) String() string {
 func (*MicroVmIsolation) ProtoMessage() {}
 
 func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[30]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2313,7 @@ func (x *MicroVmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicroVmIsolation.ProtoReflect.Descriptor instead.
 func (*MicroVmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{30}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{31}
 }
 
 // WasmIsolation runs in a WebAssembly runtime.
@@ -2244,7 +2327,7 @@ type WasmIsolation struct {
 
 func (x *WasmIsolation) Reset() {
 	*x = WasmIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2339,7 @@ func (x *WasmIsolation) String() string {
 func (*WasmIsolation) ProtoMessage() {}
 
 func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[31]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2352,7 @@ func (x *WasmIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmIsolation.ProtoReflect.Descriptor instead.
 func (*WasmIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{31}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WasmIsolation) GetRuntime() string {
@@ -2290,7 +2373,7 @@ type NetworkPolicyIsolation struct {
 
 func (x *NetworkPolicyIsolation) Reset() {
 	*x = NetworkPolicyIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2385,7 @@ func (x *NetworkPolicyIsolation) String() string {
 func (*NetworkPolicyIsolation) ProtoMessage() {}
 
 func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[32]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2398,7 @@ func (x *NetworkPolicyIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyIsolation.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{32}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NetworkPolicyIsolation) GetRules() []*NetworkRule {
@@ -2338,7 +2421,7 @@ type CustomIsolation struct {
 
 func (x *CustomIsolation) Reset() {
 	*x = CustomIsolation{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2433,7 @@ func (x *CustomIsolation) String() string {
 func (*CustomIsolation) ProtoMessage() {}
 
 func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[33]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2446,7 @@ func (x *CustomIsolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomIsolation.ProtoReflect.Descriptor instead.
 func (*CustomIsolation) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{33}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CustomIsolation) GetBoundaryType() string {
@@ -2394,7 +2477,7 @@ type CredentialRef struct {
 
 func (x *CredentialRef) Reset() {
 	*x = CredentialRef{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2489,7 @@ func (x *CredentialRef) String() string {
 func (*CredentialRef) ProtoMessage() {}
 
 func (x *CredentialRef) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[34]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2502,7 @@ func (x *CredentialRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialRef.ProtoReflect.Descriptor instead.
 func (*CredentialRef) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{34}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CredentialRef) GetName() string {
@@ -2453,7 +2536,7 @@ type CredentialInjection struct {
 
 func (x *CredentialInjection) Reset() {
 	*x = CredentialInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2548,7 @@ func (x *CredentialInjection) String() string {
 func (*CredentialInjection) ProtoMessage() {}
 
 func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[35]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2561,7 @@ func (x *CredentialInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInjection.ProtoReflect.Descriptor instead.
 func (*CredentialInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{35}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CredentialInjection) GetMethod() isCredentialInjection_Method {
@@ -2551,7 +2634,7 @@ type EnvVarInjection struct {
 
 func (x *EnvVarInjection) Reset() {
 	*x = EnvVarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2646,7 @@ func (x *EnvVarInjection) String() string {
 func (*EnvVarInjection) ProtoMessage() {}
 
 func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[36]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2659,7 @@ func (x *EnvVarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVarInjection.ProtoReflect.Descriptor instead.
 func (*EnvVarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{36}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnvVarInjection) GetVarName() string {
@@ -2597,7 +2680,7 @@ type FileInjection struct {
 
 func (x *FileInjection) Reset() {
 	*x = FileInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2692,7 @@ func (x *FileInjection) String() string {
 func (*FileInjection) ProtoMessage() {}
 
 func (x *FileInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[37]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2705,7 @@ func (x *FileInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInjection.ProtoReflect.Descriptor instead.
 func (*FileInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{37}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileInjection) GetPath() string {
@@ -2647,7 +2730,7 @@ type SidecarInjection struct {
 
 func (x *SidecarInjection) Reset() {
 	*x = SidecarInjection{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2742,7 @@ func (x *SidecarInjection) String() string {
 func (*SidecarInjection) ProtoMessage() {}
 
 func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[38]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2755,7 @@ func (x *SidecarInjection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarInjection.ProtoReflect.Descriptor instead.
 func (*SidecarInjection) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{38}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SidecarInjection) GetHost() string {
@@ -2713,7 +2796,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2808,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[39]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2821,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{39}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResourceLimits) GetCpu() string {
@@ -2803,7 +2886,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2898,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[40]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2911,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{40}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NetworkPolicy) GetDefaultAction() NetworkAction {
@@ -2860,7 +2943,7 @@ type NetworkRule struct {
 
 func (x *NetworkRule) Reset() {
 	*x = NetworkRule{}
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2955,7 @@ func (x *NetworkRule) String() string {
 func (*NetworkRule) ProtoMessage() {}
 
 func (x *NetworkRule) ProtoReflect() protoreflect.Message {
-	mi := &file_layer0_environment_v1_environment_proto_msgTypes[41]
+	mi := &file_layer0_environment_v1_environment_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2968,7 @@ func (x *NetworkRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
 func (*NetworkRule) Descriptor() ([]byte, []int) {
-	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{41}
+	return file_layer0_environment_v1_environment_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NetworkRule) GetDestination() string {
@@ -2920,19 +3003,26 @@ const file_layer0_environment_v1_environment_proto_rawDesc = "" +
 	"\x15CreateSandboxResponse\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
-	"\abackend\x18\x02 \x01(\tR\abackend\"\xab\x01\n" +
+	"\abackend\x18\x02 \x01(\tR\abackend\"\xea\x01\n" +
 	"\vExecRequest\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .layer0.environment.v1.ExecStartH\x00R\x05start\x12\x16\n" +
 	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
 	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
 	"closeStdin\x12\x18\n" +
-	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\r\n" +
-	"\x04kind\x12\x05\xbaH\x02\b\x01\"c\n" +
+	"\x06signal\x18\x04 \x01(\tH\x00R\x06signal\x12=\n" +
+	"\x06resize\x18\x05 \x01(\v2#.layer0.environment.v1.TerminalSizeH\x00R\x06resizeB\r\n" +
+	"\x04kind\x12\x05\xbaH\x02\b\x01\"\x9c\x01\n" +
 	"\tExecStart\x12&\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\tsandboxId\x12\x1c\n" +
 	"\x04argv\x18\x02 \x03(\tB\b\xbaH\x05\x92\x01\x02\b\x01R\x04argv\x12\x10\n" +
-	"\x03tty\x18\x03 \x01(\bR\x03tty\"\x81\x01\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\x127\n" +
+	"\x04size\x18\x04 \x01(\v2#.layer0.environment.v1.TerminalSizeR\x04size\"N\n" +
+	"\fTerminalSize\x12\x1e\n" +
+	"\x04rows\x18\x01 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x90N(\x01R\x04rows\x12\x1e\n" +
+	"\x04cols\x18\x02 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x90N(\x01R\x04cols\"\x81\x01\n" +
 	"\fExecResponse\x12\x18\n" +
 	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x125\n" +
@@ -3120,7 +3210,7 @@ func file_layer0_environment_v1_environment_proto_rawDescGZIP() []byte {
 }
 
 var file_layer0_environment_v1_environment_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_layer0_environment_v1_environment_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_layer0_environment_v1_environment_proto_goTypes = []any{
 	(WorkspaceScope)(0),                // 0: layer0.environment.v1.WorkspaceScope
 	(NetworkAction)(0),                 // 1: layer0.environment.v1.NetworkAction
@@ -3128,120 +3218,123 @@ var file_layer0_environment_v1_environment_proto_goTypes = []any{
 	(*CreateSandboxResponse)(nil),      // 3: layer0.environment.v1.CreateSandboxResponse
 	(*ExecRequest)(nil),                // 4: layer0.environment.v1.ExecRequest
 	(*ExecStart)(nil),                  // 5: layer0.environment.v1.ExecStart
-	(*ExecResponse)(nil),               // 6: layer0.environment.v1.ExecResponse
-	(*ExecExit)(nil),                   // 7: layer0.environment.v1.ExecExit
-	(*CloseSandboxRequest)(nil),        // 8: layer0.environment.v1.CloseSandboxRequest
-	(*CloseSandboxResponse)(nil),       // 9: layer0.environment.v1.CloseSandboxResponse
-	(*WorkspaceSpec)(nil),              // 10: layer0.environment.v1.WorkspaceSpec
-	(*WorkspaceRef)(nil),               // 11: layer0.environment.v1.WorkspaceRef
-	(*ListWorkspaceFilesRequest)(nil),  // 12: layer0.environment.v1.ListWorkspaceFilesRequest
-	(*ListWorkspaceFilesResponse)(nil), // 13: layer0.environment.v1.ListWorkspaceFilesResponse
-	(*WorkspaceFile)(nil),              // 14: layer0.environment.v1.WorkspaceFile
-	(*ReadWorkspaceFileRequest)(nil),   // 15: layer0.environment.v1.ReadWorkspaceFileRequest
-	(*ReadWorkspaceFileResponse)(nil),  // 16: layer0.environment.v1.ReadWorkspaceFileResponse
-	(*WriteWorkspaceFileRequest)(nil),  // 17: layer0.environment.v1.WriteWorkspaceFileRequest
-	(*WorkspaceFileHeader)(nil),        // 18: layer0.environment.v1.WorkspaceFileHeader
-	(*WriteWorkspaceFileResponse)(nil), // 19: layer0.environment.v1.WriteWorkspaceFileResponse
-	(*DeleteWorkspaceRequest)(nil),     // 20: layer0.environment.v1.DeleteWorkspaceRequest
-	(*DeleteWorkspaceResponse)(nil),    // 21: layer0.environment.v1.DeleteWorkspaceResponse
-	(*RunStreamRequest)(nil),           // 22: layer0.environment.v1.RunStreamRequest
-	(*RunStreamResponse)(nil),          // 23: layer0.environment.v1.RunStreamResponse
-	(*RunRequest)(nil),                 // 24: layer0.environment.v1.RunRequest
-	(*RunResponse)(nil),                // 25: layer0.environment.v1.RunResponse
-	(*ResourceUsage)(nil),              // 26: layer0.environment.v1.ResourceUsage
-	(*EnvironmentSpec)(nil),            // 27: layer0.environment.v1.EnvironmentSpec
-	(*IsolationBoundary)(nil),          // 28: layer0.environment.v1.IsolationBoundary
-	(*ProcessIsolation)(nil),           // 29: layer0.environment.v1.ProcessIsolation
-	(*ContainerIsolation)(nil),         // 30: layer0.environment.v1.ContainerIsolation
-	(*GvisorIsolation)(nil),            // 31: layer0.environment.v1.GvisorIsolation
-	(*MicroVmIsolation)(nil),           // 32: layer0.environment.v1.MicroVmIsolation
-	(*WasmIsolation)(nil),              // 33: layer0.environment.v1.WasmIsolation
-	(*NetworkPolicyIsolation)(nil),     // 34: layer0.environment.v1.NetworkPolicyIsolation
-	(*CustomIsolation)(nil),            // 35: layer0.environment.v1.CustomIsolation
-	(*CredentialRef)(nil),              // 36: layer0.environment.v1.CredentialRef
-	(*CredentialInjection)(nil),        // 37: layer0.environment.v1.CredentialInjection
-	(*EnvVarInjection)(nil),            // 38: layer0.environment.v1.EnvVarInjection
-	(*FileInjection)(nil),              // 39: layer0.environment.v1.FileInjection
-	(*SidecarInjection)(nil),           // 40: layer0.environment.v1.SidecarInjection
-	(*ResourceLimits)(nil),             // 41: layer0.environment.v1.ResourceLimits
-	(*NetworkPolicy)(nil),              // 42: layer0.environment.v1.NetworkPolicy
-	(*NetworkRule)(nil),                // 43: layer0.environment.v1.NetworkRule
-	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
-	(*v1.OperatorInput)(nil),           // 46: layer0.operator.v1.OperatorInput
-	(*v1.ExecuteStreamResponse)(nil),   // 47: layer0.operator.v1.ExecuteStreamResponse
-	(*v1.OperatorOutput)(nil),          // 48: layer0.operator.v1.OperatorOutput
-	(*structpb.Value)(nil),             // 49: google.protobuf.Value
+	(*TerminalSize)(nil),               // 6: layer0.environment.v1.TerminalSize
+	(*ExecResponse)(nil),               // 7: layer0.environment.v1.ExecResponse
+	(*ExecExit)(nil),                   // 8: layer0.environment.v1.ExecExit
+	(*CloseSandboxRequest)(nil),        // 9: layer0.environment.v1.CloseSandboxRequest
+	(*CloseSandboxResponse)(nil),       // 10: layer0.environment.v1.CloseSandboxResponse
+	(*WorkspaceSpec)(nil),              // 11: layer0.environment.v1.WorkspaceSpec
+	(*WorkspaceRef)(nil),               // 12: layer0.environment.v1.WorkspaceRef
+	(*ListWorkspaceFilesRequest)(nil),  // 13: layer0.environment.v1.ListWorkspaceFilesRequest
+	(*ListWorkspaceFilesResponse)(nil), // 14: layer0.environment.v1.ListWorkspaceFilesResponse
+	(*WorkspaceFile)(nil),              // 15: layer0.environment.v1.WorkspaceFile
+	(*ReadWorkspaceFileRequest)(nil),   // 16: layer0.environment.v1.ReadWorkspaceFileRequest
+	(*ReadWorkspaceFileResponse)(nil),  // 17: layer0.environment.v1.ReadWorkspaceFileResponse
+	(*WriteWorkspaceFileRequest)(nil),  // 18: layer0.environment.v1.WriteWorkspaceFileRequest
+	(*WorkspaceFileHeader)(nil),        // 19: layer0.environment.v1.WorkspaceFileHeader
+	(*WriteWorkspaceFileResponse)(nil), // 20: layer0.environment.v1.WriteWorkspaceFileResponse
+	(*DeleteWorkspaceRequest)(nil),     // 21: layer0.environment.v1.DeleteWorkspaceRequest
+	(*DeleteWorkspaceResponse)(nil),    // 22: layer0.environment.v1.DeleteWorkspaceResponse
+	(*RunStreamRequest)(nil),           // 23: layer0.environment.v1.RunStreamRequest
+	(*RunStreamResponse)(nil),          // 24: layer0.environment.v1.RunStreamResponse
+	(*RunRequest)(nil),                 // 25: layer0.environment.v1.RunRequest
+	(*RunResponse)(nil),                // 26: layer0.environment.v1.RunResponse
+	(*ResourceUsage)(nil),              // 27: layer0.environment.v1.ResourceUsage
+	(*EnvironmentSpec)(nil),            // 28: layer0.environment.v1.EnvironmentSpec
+	(*IsolationBoundary)(nil),          // 29: layer0.environment.v1.IsolationBoundary
+	(*ProcessIsolation)(nil),           // 30: layer0.environment.v1.ProcessIsolation
+	(*ContainerIsolation)(nil),         // 31: layer0.environment.v1.ContainerIsolation
+	(*GvisorIsolation)(nil),            // 32: layer0.environment.v1.GvisorIsolation
+	(*MicroVmIsolation)(nil),           // 33: layer0.environment.v1.MicroVmIsolation
+	(*WasmIsolation)(nil),              // 34: layer0.environment.v1.WasmIsolation
+	(*NetworkPolicyIsolation)(nil),     // 35: layer0.environment.v1.NetworkPolicyIsolation
+	(*CustomIsolation)(nil),            // 36: layer0.environment.v1.CustomIsolation
+	(*CredentialRef)(nil),              // 37: layer0.environment.v1.CredentialRef
+	(*CredentialInjection)(nil),        // 38: layer0.environment.v1.CredentialInjection
+	(*EnvVarInjection)(nil),            // 39: layer0.environment.v1.EnvVarInjection
+	(*FileInjection)(nil),              // 40: layer0.environment.v1.FileInjection
+	(*SidecarInjection)(nil),           // 41: layer0.environment.v1.SidecarInjection
+	(*ResourceLimits)(nil),             // 42: layer0.environment.v1.ResourceLimits
+	(*NetworkPolicy)(nil),              // 43: layer0.environment.v1.NetworkPolicy
+	(*NetworkRule)(nil),                // 44: layer0.environment.v1.NetworkRule
+	(*durationpb.Duration)(nil),        // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 46: google.protobuf.Timestamp
+	(*v1.OperatorInput)(nil),           // 47: layer0.operator.v1.OperatorInput
+	(*v1.ExecuteStreamResponse)(nil),   // 48: layer0.operator.v1.ExecuteStreamResponse
+	(*v1.OperatorOutput)(nil),          // 49: layer0.operator.v1.OperatorOutput
+	(*structpb.Value)(nil),             // 50: google.protobuf.Value
 }
 var file_layer0_environment_v1_environment_proto_depIdxs = []int32{
-	27, // 0: layer0.environment.v1.CreateSandboxRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	44, // 1: layer0.environment.v1.CreateSandboxRequest.idle_timeout:type_name -> google.protobuf.Duration
+	28, // 0: layer0.environment.v1.CreateSandboxRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	45, // 1: layer0.environment.v1.CreateSandboxRequest.idle_timeout:type_name -> google.protobuf.Duration
 	5,  // 2: layer0.environment.v1.ExecRequest.start:type_name -> layer0.environment.v1.ExecStart
-	7,  // 3: layer0.environment.v1.ExecResponse.exit:type_name -> layer0.environment.v1.ExecExit
-	0,  // 4: layer0.environment.v1.WorkspaceSpec.scope:type_name -> layer0.environment.v1.WorkspaceScope
-	11, // 5: layer0.environment.v1.ListWorkspaceFilesRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	14, // 6: layer0.environment.v1.ListWorkspaceFilesResponse.files:type_name -> layer0.environment.v1.WorkspaceFile
-	45, // 7: layer0.environment.v1.WorkspaceFile.modified:type_name -> google.protobuf.Timestamp
-	11, // 8: layer0.environment.v1.ReadWorkspaceFileRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	18, // 9: layer0.environment.v1.WriteWorkspaceFileRequest.header:type_name -> layer0.environment.v1.WorkspaceFileHeader
-	11, // 10: layer0.environment.v1.WorkspaceFileHeader.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	11, // 11: layer0.environment.v1.DeleteWorkspaceRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
-	46, // 12: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	27, // 13: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	47, // 14: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
-	25, // 15: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
-	46, // 16: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
-	27, // 17: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
-	48, // 18: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
-	44, // 19: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
-	26, // 20: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
-	44, // 21: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
-	28, // 22: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
-	36, // 23: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
-	41, // 24: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
-	42, // 25: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
-	44, // 26: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
-	10, // 27: layer0.environment.v1.EnvironmentSpec.workspace:type_name -> layer0.environment.v1.WorkspaceSpec
-	29, // 28: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
-	30, // 29: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
-	31, // 30: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
-	32, // 31: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
-	33, // 32: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
-	34, // 33: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
-	35, // 34: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
-	43, // 35: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
-	49, // 36: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
-	37, // 37: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
-	38, // 38: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
-	39, // 39: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
-	40, // 40: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
-	44, // 41: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
-	1,  // 42: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
-	43, // 43: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
-	1,  // 44: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
-	24, // 45: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
-	22, // 46: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
-	12, // 47: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:input_type -> layer0.environment.v1.ListWorkspaceFilesRequest
-	15, // 48: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:input_type -> layer0.environment.v1.ReadWorkspaceFileRequest
-	17, // 49: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:input_type -> layer0.environment.v1.WriteWorkspaceFileRequest
-	20, // 50: layer0.environment.v1.EnvironmentService.DeleteWorkspace:input_type -> layer0.environment.v1.DeleteWorkspaceRequest
-	2,  // 51: layer0.environment.v1.EnvironmentService.CreateSandbox:input_type -> layer0.environment.v1.CreateSandboxRequest
-	4,  // 52: layer0.environment.v1.EnvironmentService.Exec:input_type -> layer0.environment.v1.ExecRequest
-	8,  // 53: layer0.environment.v1.EnvironmentService.CloseSandbox:input_type -> layer0.environment.v1.CloseSandboxRequest
-	25, // 54: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
-	23, // 55: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
-	13, // 56: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:output_type -> layer0.environment.v1.ListWorkspaceFilesResponse
-	16, // 57: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:output_type -> layer0.environment.v1.ReadWorkspaceFileResponse
-	19, // 58: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:output_type -> layer0.environment.v1.WriteWorkspaceFileResponse
-	21, // 59: layer0.environment.v1.EnvironmentService.DeleteWorkspace:output_type -> layer0.environment.v1.DeleteWorkspaceResponse
-	3,  // 60: layer0.environment.v1.EnvironmentService.CreateSandbox:output_type -> layer0.environment.v1.CreateSandboxResponse
-	6,  // 61: layer0.environment.v1.EnvironmentService.Exec:output_type -> layer0.environment.v1.ExecResponse
-	9,  // 62: layer0.environment.v1.EnvironmentService.CloseSandbox:output_type -> layer0.environment.v1.CloseSandboxResponse
-	54, // [54:63] is the sub-list for method output_type
-	45, // [45:54] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	6,  // 3: layer0.environment.v1.ExecRequest.resize:type_name -> layer0.environment.v1.TerminalSize
+	6,  // 4: layer0.environment.v1.ExecStart.size:type_name -> layer0.environment.v1.TerminalSize
+	8,  // 5: layer0.environment.v1.ExecResponse.exit:type_name -> layer0.environment.v1.ExecExit
+	0,  // 6: layer0.environment.v1.WorkspaceSpec.scope:type_name -> layer0.environment.v1.WorkspaceScope
+	12, // 7: layer0.environment.v1.ListWorkspaceFilesRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	15, // 8: layer0.environment.v1.ListWorkspaceFilesResponse.files:type_name -> layer0.environment.v1.WorkspaceFile
+	46, // 9: layer0.environment.v1.WorkspaceFile.modified:type_name -> google.protobuf.Timestamp
+	12, // 10: layer0.environment.v1.ReadWorkspaceFileRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	19, // 11: layer0.environment.v1.WriteWorkspaceFileRequest.header:type_name -> layer0.environment.v1.WorkspaceFileHeader
+	12, // 12: layer0.environment.v1.WorkspaceFileHeader.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	12, // 13: layer0.environment.v1.DeleteWorkspaceRequest.workspace:type_name -> layer0.environment.v1.WorkspaceRef
+	47, // 14: layer0.environment.v1.RunStreamRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	28, // 15: layer0.environment.v1.RunStreamRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	48, // 16: layer0.environment.v1.RunStreamResponse.progress:type_name -> layer0.operator.v1.ExecuteStreamResponse
+	26, // 17: layer0.environment.v1.RunStreamResponse.result:type_name -> layer0.environment.v1.RunResponse
+	47, // 18: layer0.environment.v1.RunRequest.input:type_name -> layer0.operator.v1.OperatorInput
+	28, // 19: layer0.environment.v1.RunRequest.spec:type_name -> layer0.environment.v1.EnvironmentSpec
+	49, // 20: layer0.environment.v1.RunResponse.output:type_name -> layer0.operator.v1.OperatorOutput
+	45, // 21: layer0.environment.v1.RunResponse.duration:type_name -> google.protobuf.Duration
+	27, // 22: layer0.environment.v1.RunResponse.usage:type_name -> layer0.environment.v1.ResourceUsage
+	45, // 23: layer0.environment.v1.ResourceUsage.cpu_time:type_name -> google.protobuf.Duration
+	29, // 24: layer0.environment.v1.EnvironmentSpec.isolation:type_name -> layer0.environment.v1.IsolationBoundary
+	37, // 25: layer0.environment.v1.EnvironmentSpec.credentials:type_name -> layer0.environment.v1.CredentialRef
+	42, // 26: layer0.environment.v1.EnvironmentSpec.resources:type_name -> layer0.environment.v1.ResourceLimits
+	43, // 27: layer0.environment.v1.EnvironmentSpec.network:type_name -> layer0.environment.v1.NetworkPolicy
+	45, // 28: layer0.environment.v1.EnvironmentSpec.timeout:type_name -> google.protobuf.Duration
+	11, // 29: layer0.environment.v1.EnvironmentSpec.workspace:type_name -> layer0.environment.v1.WorkspaceSpec
+	30, // 30: layer0.environment.v1.IsolationBoundary.process:type_name -> layer0.environment.v1.ProcessIsolation
+	31, // 31: layer0.environment.v1.IsolationBoundary.container:type_name -> layer0.environment.v1.ContainerIsolation
+	32, // 32: layer0.environment.v1.IsolationBoundary.gvisor:type_name -> layer0.environment.v1.GvisorIsolation
+	33, // 33: layer0.environment.v1.IsolationBoundary.microvm:type_name -> layer0.environment.v1.MicroVmIsolation
+	34, // 34: layer0.environment.v1.IsolationBoundary.wasm:type_name -> layer0.environment.v1.WasmIsolation
+	35, // 35: layer0.environment.v1.IsolationBoundary.network_policy:type_name -> layer0.environment.v1.NetworkPolicyIsolation
+	36, // 36: layer0.environment.v1.IsolationBoundary.custom:type_name -> layer0.environment.v1.CustomIsolation
+	44, // 37: layer0.environment.v1.NetworkPolicyIsolation.rules:type_name -> layer0.environment.v1.NetworkRule
+	50, // 38: layer0.environment.v1.CustomIsolation.config:type_name -> google.protobuf.Value
+	38, // 39: layer0.environment.v1.CredentialRef.injection:type_name -> layer0.environment.v1.CredentialInjection
+	39, // 40: layer0.environment.v1.CredentialInjection.env_var:type_name -> layer0.environment.v1.EnvVarInjection
+	40, // 41: layer0.environment.v1.CredentialInjection.file:type_name -> layer0.environment.v1.FileInjection
+	41, // 42: layer0.environment.v1.CredentialInjection.sidecar:type_name -> layer0.environment.v1.SidecarInjection
+	45, // 43: layer0.environment.v1.ResourceLimits.cpu_time:type_name -> google.protobuf.Duration
+	1,  // 44: layer0.environment.v1.NetworkPolicy.default_action:type_name -> layer0.environment.v1.NetworkAction
+	44, // 45: layer0.environment.v1.NetworkPolicy.rules:type_name -> layer0.environment.v1.NetworkRule
+	1,  // 46: layer0.environment.v1.NetworkRule.action:type_name -> layer0.environment.v1.NetworkAction
+	25, // 47: layer0.environment.v1.EnvironmentService.Run:input_type -> layer0.environment.v1.RunRequest
+	23, // 48: layer0.environment.v1.EnvironmentService.RunStream:input_type -> layer0.environment.v1.RunStreamRequest
+	13, // 49: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:input_type -> layer0.environment.v1.ListWorkspaceFilesRequest
+	16, // 50: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:input_type -> layer0.environment.v1.ReadWorkspaceFileRequest
+	18, // 51: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:input_type -> layer0.environment.v1.WriteWorkspaceFileRequest
+	21, // 52: layer0.environment.v1.EnvironmentService.DeleteWorkspace:input_type -> layer0.environment.v1.DeleteWorkspaceRequest
+	2,  // 53: layer0.environment.v1.EnvironmentService.CreateSandbox:input_type -> layer0.environment.v1.CreateSandboxRequest
+	4,  // 54: layer0.environment.v1.EnvironmentService.Exec:input_type -> layer0.environment.v1.ExecRequest
+	9,  // 55: layer0.environment.v1.EnvironmentService.CloseSandbox:input_type -> layer0.environment.v1.CloseSandboxRequest
+	26, // 56: layer0.environment.v1.EnvironmentService.Run:output_type -> layer0.environment.v1.RunResponse
+	24, // 57: layer0.environment.v1.EnvironmentService.RunStream:output_type -> layer0.environment.v1.RunStreamResponse
+	14, // 58: layer0.environment.v1.EnvironmentService.ListWorkspaceFiles:output_type -> layer0.environment.v1.ListWorkspaceFilesResponse
+	17, // 59: layer0.environment.v1.EnvironmentService.ReadWorkspaceFile:output_type -> layer0.environment.v1.ReadWorkspaceFileResponse
+	20, // 60: layer0.environment.v1.EnvironmentService.WriteWorkspaceFile:output_type -> layer0.environment.v1.WriteWorkspaceFileResponse
+	22, // 61: layer0.environment.v1.EnvironmentService.DeleteWorkspace:output_type -> layer0.environment.v1.DeleteWorkspaceResponse
+	3,  // 62: layer0.environment.v1.EnvironmentService.CreateSandbox:output_type -> layer0.environment.v1.CreateSandboxResponse
+	7,  // 63: layer0.environment.v1.EnvironmentService.Exec:output_type -> layer0.environment.v1.ExecResponse
+	10, // 64: layer0.environment.v1.EnvironmentService.CloseSandbox:output_type -> layer0.environment.v1.CloseSandboxResponse
+	56, // [56:65] is the sub-list for method output_type
+	47, // [47:56] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_layer0_environment_v1_environment_proto_init() }
@@ -3254,26 +3347,27 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 		(*ExecRequest_Signal)(nil),
+		(*ExecRequest_Resize)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[4].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[5].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[9].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[10].OneofWrappers = []any{
 		(*WorkspaceRef_SessionId)(nil),
 		(*WorkspaceRef_WorkflowId)(nil),
 		(*WorkspaceRef_SandboxId)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[15].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[16].OneofWrappers = []any{
 		(*WriteWorkspaceFileRequest_Header)(nil),
 		(*WriteWorkspaceFileRequest_Data)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[21].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[22].OneofWrappers = []any{
 		(*RunStreamResponse_Progress)(nil),
 		(*RunStreamResponse_Result)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[26].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[27].OneofWrappers = []any{
 		(*IsolationBoundary_Process)(nil),
 		(*IsolationBoundary_Container)(nil),
 		(*IsolationBoundary_Gvisor)(nil),
@@ -3282,20 +3376,20 @@ func file_layer0_environment_v1_environment_proto_init() {
 		(*IsolationBoundary_NetworkPolicy)(nil),
 		(*IsolationBoundary_Custom)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[35].OneofWrappers = []any{
+	file_layer0_environment_v1_environment_proto_msgTypes[36].OneofWrappers = []any{
 		(*CredentialInjection_EnvVar)(nil),
 		(*CredentialInjection_File)(nil),
 		(*CredentialInjection_Sidecar)(nil),
 	}
-	file_layer0_environment_v1_environment_proto_msgTypes[39].OneofWrappers = []any{}
-	file_layer0_environment_v1_environment_proto_msgTypes[41].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[40].OneofWrappers = []any{}
+	file_layer0_environment_v1_environment_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_layer0_environment_v1_environment_proto_rawDesc), len(file_layer0_environment_v1_environment_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

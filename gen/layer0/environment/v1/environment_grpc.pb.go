@@ -84,10 +84,15 @@ type EnvironmentServiceClient interface {
 	// Exec runs one command in a sandbox: the client sends ExecStart, then
 	// stdin chunks and close_stdin (or ends its side); the server sends
 	// stdout and stderr chunks, then the exit status, last. A signal
-	// message stops the command. Errors: NOT_FOUND for an unknown or
-	// expired sandbox; FAILED_PRECONDITION for what this service cannot
-	// give (a pseudo-terminal on the process backend); RESOURCE_EXHAUSTED
-	// past the stdin, output or disk caps.
+	// message is delivered to the command's process group. Output is
+	// sent as the command writes it; a client that reads slowly makes the
+	// command's writes wait (the service holds at most one chunk per
+	// stream). With tty the command runs on a pseudo-terminal. The
+	// exec-boundary middleware is consulted before and after each command.
+	// Errors: NOT_FOUND for an unknown or expired sandbox;
+	// FAILED_PRECONDITION for what this service cannot give;
+	// PERMISSION_DENIED when the middleware halts the command;
+	// RESOURCE_EXHAUSTED past the disk caps or concurrency.
 	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
 	// CloseSandbox removes a sandbox and its workspace; closing one that
 	// does not exist succeeds.
@@ -270,10 +275,15 @@ type EnvironmentServiceServer interface {
 	// Exec runs one command in a sandbox: the client sends ExecStart, then
 	// stdin chunks and close_stdin (or ends its side); the server sends
 	// stdout and stderr chunks, then the exit status, last. A signal
-	// message stops the command. Errors: NOT_FOUND for an unknown or
-	// expired sandbox; FAILED_PRECONDITION for what this service cannot
-	// give (a pseudo-terminal on the process backend); RESOURCE_EXHAUSTED
-	// past the stdin, output or disk caps.
+	// message is delivered to the command's process group. Output is
+	// sent as the command writes it; a client that reads slowly makes the
+	// command's writes wait (the service holds at most one chunk per
+	// stream). With tty the command runs on a pseudo-terminal. The
+	// exec-boundary middleware is consulted before and after each command.
+	// Errors: NOT_FOUND for an unknown or expired sandbox;
+	// FAILED_PRECONDITION for what this service cannot give;
+	// PERMISSION_DENIED when the middleware halts the command;
+	// RESOURCE_EXHAUSTED past the disk caps or concurrency.
 	Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
 	// CloseSandbox removes a sandbox and its workspace; closing one that
 	// does not exist succeeds.
