@@ -203,14 +203,17 @@ func Setup(ctx context.Context, cfg Config, service string, log *slog.Logger) (*
 		if err != nil {
 			return nil, err
 		}
+		bsp := sdktrace.NewBatchSpanProcessor(sx,
+			sdktrace.WithMaxQueueSize(cmpOr(cfg.QueueSize, DefaultQueueSize)),
+			sdktrace.WithExportTimeout(timeout),
+		)
 		t.tp = sdktrace.NewTracerProvider(
 			sdktrace.WithResource(res),
-			sdktrace.WithBatcher(sx,
-				sdktrace.WithMaxQueueSize(cmpOr(cfg.QueueSize, DefaultQueueSize)),
-				sdktrace.WithExportTimeout(timeout),
-			),
+			sdktrace.WithSpanProcessor(bsp),
 		)
 		otel.SetTracerProvider(t.tp)
+		// The spans sandboxed operators hand back go out the same way.
+		SetReexporter(bsp)
 		mx, err := metricExporter(ctx, proto, ep, haveEP, timeout)
 		if err != nil {
 			return nil, err
@@ -357,6 +360,7 @@ func (t *Telemetry) shutdownTraces(ctx context.Context) error {
 	if t.tp == nil {
 		return nil
 	}
+	SetReexporter(nil)
 	err := t.tp.Shutdown(ctx)
 	t.tp = nil
 	return err
