@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
-	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/environment/workspace"
 )
@@ -24,12 +21,11 @@ const (
 	// DefaultSandboxIdle is how long an unused sandbox lasts when
 	// CreateSandbox sets no idle_timeout.
 	DefaultSandboxIdle = 10 * time.Minute
-	// MaxExecStdin is the most standard input one Exec takes.
-	MaxExecStdin = 16 << 20
 	// MaxSandboxes is the most sandbox sessions a service keeps.
 	MaxSandboxes = 256
-	// execChunk is the largest output chunk Exec sends.
-	execChunk = 64 << 10
+	// execChunk is the largest output chunk Exec sends, and what it
+	// reads from the command's output at once.
+	execChunk = 32 << 10
 )
 
 // sandboxSession is one CreateSandbox.
@@ -71,7 +67,7 @@ func (s *Server) CreateSandbox(_ context.Context, req *environmentv1.CreateSandb
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := b.(Executor); !ok {
+	if _, ok := b.(StreamExecutor); !ok {
 		return nil, fmt.Errorf("the %s backend runs no sandbox sessions (the process backend does): %w", b.Name(), errs.FailedPrecondition)
 	}
 	idle := DefaultSandboxIdle
@@ -148,122 +144,4 @@ func (s *Server) touch(sb *sandboxSession) {
 	if s.sb.all[sb.id] == sb {
 		sb.timer.Reset(sb.idle)
 	}
-}
-
-// Exec implements EnvironmentService.Exec.
-func (s *Server) Exec(stream environmentv1.EnvironmentService_ExecServer) error {
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	start := first.GetStart()
-	if start == nil {
-		return fmt.Errorf("the first message of Exec must be start: %w", errs.InvalidArgument)
-	}
-	if start.GetTty() {
-		return fmt.Errorf("a pseudo-terminal is not available on this environment service yet; run the command without tty: %w", errs.FailedPrecondition)
-	}
-	sb, err := s.lookup(start.GetSandboxId())
-	if err != nil {
-		return err
-	}
-	defer s.touch(sb)
-	// Standard input, whole, up to its cap.
-	var stdin []byte
-	closed := false
-	for !closed {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		switch k := m.GetKind().(type) {
-		case *environmentv1.ExecRequest_Stdin:
-			if len(stdin)+len(k.Stdin) > MaxExecStdin {
-				return fmt.Errorf("standard input past %d bytes; write larger input as a file (WriteWorkspaceFile) and read it from there: %w", MaxExecStdin, errs.ResourceExhausted)
-			}
-			stdin = append(stdin, k.Stdin...)
-		case *environmentv1.ExecRequest_CloseStdin:
-			closed = true
-		case *environmentv1.ExecRequest_Signal:
-			return fmt.Errorf("signal %s before the command started: it was not run: %w", k.Signal, errs.Canceled)
-		default:
-			return fmt.Errorf("a second start: %w", errs.InvalidArgument)
-		}
-	}
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	// A signal (or the caller going away) stops the command: every
-	// process of it is killed.
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					cancel()
-				}
-				return
-			}
-			if m.GetSignal() != "" {
-				s.cfg.Log.Info("sandbox command signalled: stopping it", "sandbox", sb.id, "signal", m.GetSignal())
-				cancel()
-				return
-			}
-		}
-	}()
-	select {
-	case s.running <- struct{}{}:
-		defer func() { <-s.running }()
-	default:
-		return fmt.Errorf("this environment service is already running its limit of %d concurrent invocations (max-concurrent); retry later: %w", s.cfg.MaxConcurrent, errs.ResourceExhausted)
-	}
-	inv, backend, err := s.prepare(ctx, &environmentv1.RunRequest{Input: &operatorv1.OperatorInput{}, Spec: sb.spec})
-	if err != nil {
-		return err
-	}
-	exe, ok := backend.(Executor)
-	if !ok {
-		return fmt.Errorf("the %s backend runs no sandbox sessions: %w", backend.Name(), errs.FailedPrecondition)
-	}
-	inv.Workspace = &Workspace{Name: workspace.SandboxName(sb.id), store: s.cfg.Workspaces}
-	unlock, err := s.cfg.Workspaces.Lock(ctx, inv.Workspace.Name)
-	if err != nil {
-		return s.scrubError(inv.scrubber, err)
-	}
-	defer unlock()
-	inv.Log.Info("sandbox exec", "sandbox", sb.id, "backend", backend.Name(), "argv0", start.GetArgv()[0])
-	res, err := exe.Exec(ctx, inv, start.GetArgv(), stdin)
-	if res == nil && err != nil {
-		return s.scrubError(inv.scrubber, err)
-	}
-	// What comes back is scrubbed like a Run's output: the command may
-	// print an injected credential.
-	for _, part := range []struct {
-		data []byte
-		msg  func([]byte) *environmentv1.ExecResponse
-	}{
-		{res.Stdout, func(b []byte) *environmentv1.ExecResponse {
-			return &environmentv1.ExecResponse{Kind: &environmentv1.ExecResponse_Stdout{Stdout: b}}
-		}},
-		{res.Stderr, func(b []byte) *environmentv1.ExecResponse {
-			return &environmentv1.ExecResponse{Kind: &environmentv1.ExecResponse_Stderr{Stderr: b}}
-		}},
-	} {
-		data := inv.scrubber.Bytes(part.data)
-		for len(data) > 0 {
-			n := min(len(data), execChunk)
-			if err := stream.Send(part.msg(data[:n])); err != nil {
-				return err
-			}
-			data = data[n:]
-		}
-	}
-	if err != nil {
-		return s.scrubError(inv.scrubber, err)
-	}
-	return stream.Send(&environmentv1.ExecResponse{Kind: &environmentv1.ExecResponse_Exit{Exit: &environmentv1.ExecExit{
-		Code: int32(res.Code), Signal: res.Signal, TimedOut: res.TimedOut, LimitsHit: res.LimitsHit,
-	}}})
 }
