@@ -2,37 +2,28 @@ package agent_test
 
 import (
 	"context"
-	"flag"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/secbear/neuron/internal/harness"
 	conformance "github.com/secbear/neuron/pkg/conformance/agent"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	orchserve "github.com/secbear/neuron/services/orchestrator/serve"
 	"github.com/secbear/neuron/services/state"
 )
 
-var (
-	addr       = flag.String("addr", "", "AgentService to check (host:port); empty: start the reference orchestrator in process")
-	tokenFile  = flag.String("token-file", "", "file holding a bearer token allowed every AgentService method")
-	useTLS     = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
-	caFile     = flag.String("ca", "", "CA bundle that signed the server's certificate")
-	serverName = flag.String("server-name", "", "server name to verify in the server's certificate")
-)
+var server = remote.Register("AgentService", "start the reference orchestrator in process", "every AgentService method")
 
 // TestConformance runs the suite against -addr, or against the
 // orchestrator's AgentService over an in-process State service.
 func TestConformance(t *testing.T) {
-	if *addr != "" {
-		secure := *useTLS || *caFile != ""
-		conformance.Run(t, conformance.Target{Conn: dial(t, grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile})})
+	if server.Addr() != "" {
+		conformance.Run(t, conformance.Target{Conn: server.Dial(t)})
 		return
 	}
 	stateAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
@@ -53,14 +44,4 @@ func TestConformance(t *testing.T) {
 		})
 	})
 	conformance.Run(t, conformance.Target{Conn: harness.Dial(t, orchAddr)})
-}
-
-func dial(t *testing.T, cfg grpcclient.Config) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpcclient.Dial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/secbear/neuron/internal/harness"
 	conformance "github.com/secbear/neuron/pkg/conformance/environment"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/environment"
@@ -18,11 +19,7 @@ import (
 )
 
 var (
-	addr        = flag.String("addr", "", "EnvironmentService to check (host:port); empty: the local backend in process")
-	tokenFile   = flag.String("token-file", "", "file holding a bearer token allowed Run")
-	useTLS      = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
-	caFile      = flag.String("ca", "", "CA bundle that signed the server's certificate")
-	serverName  = flag.String("server-name", "", "server name to verify in the server's certificate")
+	server      = remote.Register("EnvironmentService", "the local backend in process", "Run")
 	unsupported = flag.String("unsupported", "gvisor,microvm,wasm", "comma-separated isolation boundaries the server cannot enforce")
 	limits      = flag.Bool("enforces-limits", false, "the server enforces resource limits (process, docker, kubernetes backends)")
 )
@@ -33,14 +30,8 @@ var (
 // reference operator with the scripted model.
 func TestConformance(t *testing.T) {
 	target := conformance.Target{Unsupported: strings.Split(*unsupported, ","), EnforcesLimits: *limits}
-	if *addr != "" {
-		secure := *useTLS || *caFile != ""
-		conn, err := grpcclient.Dial(grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		target.Conn = conn
+	if server.Addr() != "" {
+		target.Conn = server.Dial(t)
 		conformance.Run(t, target)
 		return
 	}

@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"context"
-	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	conformance "github.com/secbear/neuron/pkg/conformance/lifecycle"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -19,26 +19,14 @@ import (
 	"github.com/secbear/neuron/services/state"
 )
 
-var (
-	addr       = flag.String("addr", "", "LifecycleService to check (host:port); empty: the reference implementations in process")
-	tokenFile  = flag.String("token-file", "", "file holding a bearer token allowed Subscribe and Publish")
-	useTLS     = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
-	caFile     = flag.String("ca", "", "CA bundle that signed the server's certificate")
-	serverName = flag.String("server-name", "", "server name to verify in the server's certificate")
-)
+var server = remote.Register("LifecycleService", "the reference implementations in process", "Subscribe and Publish")
 
 // TestConformance runs the suite against -addr, or in process against
 // pkg/lifecycle's server over a bus of the default size and against the
 // orchestrator's LifecycleService.
 func TestConformance(t *testing.T) {
-	if *addr != "" {
-		secure := *useTLS || *caFile != ""
-		conn, err := grpcclient.Dial(grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		conformance.Run(t, conformance.Target{Conn: conn})
+	if server.Addr() != "" {
+		conformance.Run(t, conformance.Target{Conn: server.Dial(t)})
 		return
 	}
 	t.Run("Bus", func(t *testing.T) {

@@ -10,33 +10,23 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	conformance "github.com/secbear/neuron/pkg/conformance/operator"
-	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/operator"
 )
 
 var (
-	addr       = flag.String("addr", "", "OperatorService to check (host:port); empty: start the reference operator in process")
-	tokenFile  = flag.String("token-file", "", "file holding a bearer token allowed Execute and ExecuteStream")
-	useTLS     = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
-	caFile     = flag.String("ca", "", "CA bundle that signed the server's certificate")
-	serverName = flag.String("server-name", "", "server name to verify in the server's certificate")
-	breaker    = flag.Int("circuit-breaker", 0, "the server's limit of consecutive failed tool calls; 0 skips that check")
+	server  = remote.Register("OperatorService", "start the reference operator in process", "Execute and ExecuteStream")
+	breaker = flag.Int("circuit-breaker", 0, "the server's limit of consecutive failed tool calls; 0 skips that check")
 )
 
 // TestConformance runs the suite against -addr, or against the reference
 // operator (services/operator, as the binary serves it with --model
 // scripted) in process.
 func TestConformance(t *testing.T) {
-	if *addr != "" {
-		secure := *useTLS || *caFile != ""
-		conn, err := grpcclient.Dial(grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: *tokenFile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		conformance.Run(t, conformance.Target{Conn: conn, CircuitBreaker: *breaker})
+	if server.Addr() != "" {
+		conformance.Run(t, conformance.Target{Conn: server.Dial(t), CircuitBreaker: *breaker})
 		return
 	}
 	conformance.Run(t, conformance.Target{Conn: serveReference(t), CircuitBreaker: operator.DefaultCircuitBreaker})

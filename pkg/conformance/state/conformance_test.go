@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/grpcclient"
@@ -23,14 +24,10 @@ import (
 )
 
 var (
-	addr              = flag.String("addr", "", "StateService to check (host:port); empty: start the reference service in process")
-	tokenFile         = flag.String("token-file", "", "file holding a bearer token allowed every method")
+	server            = remote.Register("StateService", "start the reference service in process", "every method")
 	readOnlyTokenFile = flag.String("readonly-token-file", "", "file holding a bearer token allowed only Read, List and Search")
 	maxKeyBytes       = flag.Int("max-key-bytes", conformance.DefaultMaxKeyBytes, "the server's key size limit")
 	maxValueBytes     = flag.Int("max-value-bytes", conformance.DefaultMaxValueBytes, "the server's value size limit")
-	useTLS            = flag.Bool("tls", false, "connect with TLS (implied by -ca)")
-	caFile            = flag.String("ca", "", "CA bundle that signed the server's certificate")
-	serverName        = flag.String("server-name", "", "server name to verify in the server's certificate")
 )
 
 // The limits of the in-process servers: not the defaults, so the suite is
@@ -40,7 +37,7 @@ var inProcessLimits = state.Limits{MaxKeyBytes: 1024, MaxValueBytes: 64 << 10}
 // TestConformance runs the suite against -addr, or against the reference
 // service over bbolt and over memory.
 func TestConformance(t *testing.T) {
-	if *addr != "" {
+	if server.Addr() != "" {
 		t.Run("remote", func(t *testing.T) { conformance.Run(t, remoteTarget(t)) })
 		return
 	}
@@ -72,15 +69,14 @@ func TestConformance(t *testing.T) {
 
 // remoteTarget dials -addr with the flags' credentials.
 func remoteTarget(t *testing.T) conformance.Target {
-	secure := *useTLS || *caFile != ""
 	dial := func(tokenFile string) *grpc.ClientConn {
-		return dial(t, grpcclient.Config{Target: *addr, Plaintext: !secure, CAFile: *caFile, ServerName: *serverName, TokenFile: tokenFile})
+		return remote.Dial(t, server.Config(server.Addr(), tokenFile))
 	}
-	target := conformance.Target{Conn: dial(*tokenFile), MaxKeyBytes: *maxKeyBytes, MaxValueBytes: *maxValueBytes}
+	target := conformance.Target{Conn: server.Dial(t), MaxKeyBytes: *maxKeyBytes, MaxValueBytes: *maxValueBytes}
 	if *readOnlyTokenFile != "" {
 		target.ReadOnly = dial(*readOnlyTokenFile)
 	}
-	if *tokenFile != "" || *readOnlyTokenFile != "" {
+	if server.TokenFile() != "" || *readOnlyTokenFile != "" {
 		target.Anonymous = dial("")
 	}
 	return target
@@ -113,9 +109,9 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 	authAddr := serve(t, grpcserver.Config{Name: "state", Plaintext: true, AuthPolicy: policyFile}, store, nil)
 
 	target := conformance.Target{
-		Conn:          dial(t, grpcclient.Config{Target: devAddr, Dev: true}),
-		ReadOnly:      dial(t, grpcclient.Config{Target: authAddr, Plaintext: true, TokenFile: readerTok}),
-		Anonymous:     dial(t, grpcclient.Config{Target: authAddr, Plaintext: true}),
+		Conn:          remote.Dial(t, grpcclient.Config{Target: devAddr, Dev: true}),
+		ReadOnly:      remote.Dial(t, grpcclient.Config{Target: authAddr, Plaintext: true, TokenFile: readerTok}),
+		Anonymous:     remote.Dial(t, grpcclient.Config{Target: authAddr, Plaintext: true}),
 		MaxKeyBytes:   inProcessLimits.MaxKeyBytes,
 		MaxValueBytes: inProcessLimits.MaxValueBytes,
 		Embedder:      conformance.EmbedderTest,
@@ -133,16 +129,6 @@ func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend, embedder 
 	return harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
 		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend, Embedder: embedder})
 	})
-}
-
-func dial(t *testing.T, cfg grpcclient.Config) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpcclient.Dial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 func writeToken(t *testing.T, dir, name, token string) string {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/secbear/neuron/internal/testenv"
+	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
@@ -36,7 +37,7 @@ func TestPostgresConformance(t *testing.T) {
 	}
 	conns := make([]*grpc.ClientConn, len(addrs))
 	for i, a := range addrs {
-		conns[i] = dial(t, grpcclient.Config{Target: a, Dev: true})
+		conns[i] = remote.Dial(t, grpcclient.Config{Target: a, Dev: true})
 		waitServing(t, conns[i])
 	}
 	conformance.Run(t, conformance.Target{
