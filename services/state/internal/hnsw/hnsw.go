@@ -30,7 +30,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-
 )
 
 // Default parameters.
