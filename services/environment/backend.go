@@ -2,7 +2,9 @@ package environment
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
@@ -124,6 +126,29 @@ type ExecResult struct {
 	LimitsHit []string
 }
 
+// WorkspaceHost is implemented by backends that keep the workspaces that
+// last on their own platform (a Docker volume, a Kubernetes
+// PersistentVolumeClaim) rather than in the service's store: their Run
+// mounts inv.Workspace's there instead of calling Load and Save, and the
+// file RPCs reach such a workspace through these methods. The server
+// holds the store's Lock of the workspace around each call, as around a
+// run. Names are the store's (workspace.Name); paths are checked with
+// workspace.Clean by the host.
+type WorkspaceHost interface {
+	// HasWorkspace reports whether workspace name exists on the platform.
+	HasWorkspace(ctx context.Context, name string) (bool, error)
+	// ListWorkspace lists the entries under dir, as workspace.Store.List.
+	ListWorkspace(ctx context.Context, name, dir string) (files []*environmentv1.WorkspaceFile, truncated bool, total uint64, err error)
+	// ReadWorkspace writes regular file p of the workspace to w.
+	ReadWorkspace(ctx context.Context, name, p string, w io.Writer) error
+	// WriteWorkspace writes file p (creating the workspace and p's
+	// directories) from r, keeping the workspace within capBytes.
+	WriteWorkspace(ctx context.Context, name, p string, mode os.FileMode, r io.Reader, capBytes int64) (int64, error)
+	// DeleteWorkspace removes the workspace; existed says whether there
+	// was one.
+	DeleteWorkspace(ctx context.Context, name string) (existed bool, err error)
+}
+
 // Workspace is the workspace that lasts of one invocation.
 type Workspace struct {
 	// Name is the workspace's name, e.g. "workflow-demo-1".
@@ -136,6 +161,15 @@ type Workspace struct {
 func (w *Workspace) Load(dir string, uid, gid int) error {
 	return w.store.CopyIn(w.Name, dir, &workspace.IDs{UID: uid, GID: gid})
 }
+
+// NewWorkspace returns workspace name of store, for a backend's tests;
+// the server makes an invocation's own.
+func NewWorkspace(name string, store *workspace.Store) *Workspace {
+	return &Workspace{Name: name, store: store}
+}
+
+// Cap is the size cap of the workspace, in bytes.
+func (w *Workspace) Cap() int64 { return w.store.Cap() }
 
 // Save stores what the invocation left in dir, replacing the stored
 // workspace whole. A workspace past its cap is not stored:

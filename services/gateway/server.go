@@ -72,6 +72,9 @@ type Config struct {
 	DefaultAgent string
 	// LaneDepth is how many messages may wait per session (0: 16).
 	LaneDepth int
+	// Channels are the chat channels (Slack, Telegram) and their route
+	// table (channel.go).
+	Channels ChannelsConfig
 	// Log is the logger.
 	Log *slog.Logger
 	// Ready, when set, is called with the gRPC and HTTP addresses once
@@ -172,6 +175,9 @@ func Run(ctx context.Context, cfg Config) error {
 	a2apb.RegisterA2AServiceServer(srv, a2agrpc.NewHandler(&A2AHandler{G: g, DefaultAgent: cfg.DefaultAgent}))
 
 	h := &httpServer{g: g, policy: policy, public: public, grpcAddr: grpcAddr, defaultAgent: cfg.DefaultAgent, log: log, state: state}
+	if h.channels, err = newChannels(ctx, g, cfg.Channels, cfg.DefaultAgent, log); err != nil {
+		return err
+	}
 	hs := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
 	herr := make(chan error, 1)
 	tlsOn := !cfg.Server.Dev && cfg.Server.TLSCert != ""
@@ -205,6 +211,7 @@ type httpServer struct {
 	defaultAgent string
 	log          *slog.Logger
 	state        statev1.StateServiceClient
+	channels     *Channels // nil: no chat channel is on
 }
 
 func (h *httpServer) routes() http.Handler {
@@ -216,6 +223,9 @@ func (h *httpServer) routes() http.Handler {
 	mux.Handle("POST /a2a/{agent}", h.authed(MethodHTTPA2A, http.HandlerFunc(h.a2a)))
 	mux.Handle("/mcp", h.authed(MethodHTTPMCP, h.mcpHandler()))
 	mux.Handle("POST /v1/chat", h.authed(MethodHTTPChat, http.HandlerFunc(h.chat)))
+	if h.channels != nil {
+		h.channels.mount(mux, h.authed)
+	}
 	return mux
 }
 

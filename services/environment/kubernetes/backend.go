@@ -55,6 +55,10 @@ type Config struct {
 	// (TLS keys, database passwords): list the credential Secrets here,
 	// or run invocations in a namespace of their own.
 	CredentialSecrets []string
+	// WorkspaceStorageClass is the StorageClass of the workspaces that
+	// last (a PersistentVolumeClaim each, of the workspace's size cap);
+	// "" is the cluster's default class.
+	WorkspaceStorageClass string
 	// PollInterval is how often the Job and its pod are read when the
 	// watch is quiet or broken; 0 means one second.
 	PollInterval time.Duration
@@ -382,6 +386,13 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	objs, err := b.objects(inv)
 	if err != nil {
 		return nil, err
+	}
+	if inv.Workspace != nil {
+		// The claim outlives the run: it is not one of objs, and the
+		// retention policy or DeleteWorkspace deletes it.
+		if _, err := b.ensureClaim(ctx, inv.Workspace.Name, inv.Workspace.Cap()); err != nil {
+			return nil, err
+		}
 	}
 	defer b.cleanup(log, objs.name)
 

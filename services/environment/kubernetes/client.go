@@ -18,8 +18,8 @@ import (
 )
 
 // Client is the part of the Kubernetes API the backend calls: Jobs, the
-// pods they run and their logs, Secrets and NetworkPolicies, each in a
-// namespace. NewClient implements it over REST; errors are client-go's
+// pods they run and their logs, Secrets, NetworkPolicies and
+// PersistentVolumeClaims, each in a namespace. NewClient implements it over REST; errors are client-go's
 // (*errors.StatusError from the API server).
 //
 // It is not client-go's clientset (kubernetes.Interface) on purpose: a
@@ -43,6 +43,13 @@ type Client interface {
 	// PatchNetworkPolicy applies a JSON merge patch.
 	PatchNetworkPolicy(ctx context.Context, namespace, name string, mergePatch []byte) error
 	DeleteNetworkPolicy(ctx context.Context, namespace, name string) error
+	// The PersistentVolumeClaims of the workspaces that last.
+	CreatePVC(ctx context.Context, namespace string, pvc *corev1.PersistentVolumeClaim) error
+	GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	ListPVCs(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.PersistentVolumeClaimList, error)
+	// PatchPVC applies a JSON merge patch.
+	PatchPVC(ctx context.Context, namespace, name string, mergePatch []byte) error
+	DeletePVC(ctx context.Context, namespace, name string) error
 }
 
 // NewClient returns a Client for the API server cfg describes (a
@@ -151,4 +158,29 @@ func (c *restClient) PatchNetworkPolicy(ctx context.Context, ns, name string, pa
 
 func (c *restClient) DeleteNetworkPolicy(ctx context.Context, ns, name string) error {
 	return c.networking.Delete().Namespace(ns).Resource("networkpolicies").Name(name).Body(&metav1.DeleteOptions{}).Do(ctx).Error()
+}
+
+func (c *restClient) CreatePVC(ctx context.Context, ns string, pvc *corev1.PersistentVolumeClaim) error {
+	return c.core.Post().Namespace(ns).Resource("persistentvolumeclaims").VersionedParams(&metav1.CreateOptions{}, c.params).Body(pvc).Do(ctx).Error()
+}
+
+func (c *restClient) GetPVC(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	out := &corev1.PersistentVolumeClaim{}
+	err := c.core.Get().Namespace(ns).Resource("persistentvolumeclaims").Name(name).VersionedParams(&metav1.GetOptions{}, c.params).Do(ctx).Into(out)
+	return out, err
+}
+
+func (c *restClient) ListPVCs(ctx context.Context, ns string, opts metav1.ListOptions) (*corev1.PersistentVolumeClaimList, error) {
+	out := &corev1.PersistentVolumeClaimList{}
+	err := c.core.Get().Namespace(ns).Resource("persistentvolumeclaims").VersionedParams(&opts, c.params).Do(ctx).Into(out)
+	return out, err
+}
+
+func (c *restClient) PatchPVC(ctx context.Context, ns, name string, patch []byte) error {
+	return c.core.Patch(types.MergePatchType).Namespace(ns).Resource("persistentvolumeclaims").Name(name).
+		VersionedParams(&metav1.PatchOptions{}, c.params).Body(patch).Do(ctx).Error()
+}
+
+func (c *restClient) DeletePVC(ctx context.Context, ns, name string) error {
+	return c.core.Delete().Namespace(ns).Resource("persistentvolumeclaims").Name(name).Body(&metav1.DeleteOptions{}).Do(ctx).Error()
 }

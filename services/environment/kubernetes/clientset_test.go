@@ -72,3 +72,25 @@ func (s clientset) PatchNetworkPolicy(ctx context.Context, ns, name string, patc
 func (s clientset) DeleteNetworkPolicy(ctx context.Context, ns, name string) error {
 	return s.c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, metav1.DeleteOptions{})
 }
+
+func (s clientset) CreatePVC(ctx context.Context, ns string, pvc *corev1.PersistentVolumeClaim) error {
+	_, err := s.c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	return err
+}
+
+func (s clientset) GetPVC(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	return s.c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (s clientset) ListPVCs(ctx context.Context, ns string, opts metav1.ListOptions) (*corev1.PersistentVolumeClaimList, error) {
+	return s.c.CoreV1().PersistentVolumeClaims(ns).List(ctx, opts)
+}
+
+func (s clientset) PatchPVC(ctx context.Context, ns, name string, patch []byte) error {
+	_, err := s.c.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func (s clientset) DeletePVC(ctx context.Context, ns, name string) error {
+	return s.c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
+}

@@ -100,9 +100,15 @@ func (b *Backend) objects(inv *environment.Invocation) (*objects, error) {
 	if inv.Limits.DiskBytes > 0 {
 		workspace.SizeLimit = resource.NewQuantity(inv.Limits.DiskBytes, resource.BinarySI)
 	}
+	workspaceSource := corev1.VolumeSource{EmptyDir: workspace}
+	if inv.Workspace != nil {
+		// A workspace that lasts: its claim, of the workspace's cap
+		// (ensureClaim), writable by the pod's fsGroup.
+		workspaceSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ClaimName(inv.Workspace.Name)}}
+	}
 	volumes := []corev1.Volume{
 		{Name: "input", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name, DefaultMode: ptr.To[int32](0o400)}}},
-		{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: workspace}},
+		{Name: "workspace", VolumeSource: workspaceSource},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 	mounts := []corev1.VolumeMount{

@@ -1,9 +1,11 @@
 package kubernetes
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,7 +38,11 @@ func fromConfig(cfg environment.Config) (environment.Backend, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	return b, nil, nil
+	// Workspace claims nobody used for the retention period go, like
+	// the process backend's workspaces.
+	ctx, stop := context.WithCancel(context.Background())
+	go b.RunRetention(ctx, cfg.WorkspaceRetention, min(max(cfg.WorkspaceRetention/10, time.Second), time.Hour))
+	return b, stop, nil
 }
 
 // kubeClient connects to the API server: a kubeconfig file, else the

@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.PublicGRPCAddr, "public-grpc-addr", "", "the gRPC address put in agent cards (default: --addr)")
 	fs.StringVar(&cfg.Agents, "agents", gateway.AgentsFromOrchestrator, "where the agents come from: orchestrator (its AgentService) or a registry YAML file")
 	fs.StringVar(&cfg.DefaultAgent, "default-agent", "", "the agent of A2A gRPC messages that name none, and of /.well-known/agent-card.json")
+	cfg.Channels.BindFlags(fs)
 	fs.IntVar(&cfg.LaneDepth, "lane-depth", gateway.DefaultLaneDepth, "messages that may wait per session behind the one running; one more is refused (RESOURCE_EXHAUSTED, HTTP 429)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
