@@ -26,6 +26,7 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
+	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/pkg/sandbox"
 	"github.com/secbear/neuron/services/environment"
 	"github.com/secbear/neuron/services/environment/egress"
@@ -89,6 +90,8 @@ type envOptions struct {
 	progress environment.ProgressLimits
 	// workspaceMax is Config.WorkspaceMaxBytes (0: the default).
 	workspaceMax int64
+	// middleware is Config.Middleware (the exec-boundary middleware).
+	middleware remote.Flags
 }
 
 // startEnv serves an environment service with the process backend on a
@@ -132,6 +135,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		EgressCAFile:       o.egressCAFile,
 		EgressResolver:     o.egressResolver,
 		WorkspaceMaxBytes:  o.workspaceMax,
+		Middleware:         o.middleware,
 	}
 	if o.state != "" {
 		cfg.State = grpcclient.Config{Target: o.state, Dev: true}
