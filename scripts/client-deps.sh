@@ -10,6 +10,10 @@
 #   - @grpc/grpc-js and @grpc/proto-loader, pinned, into
 #     ${NEURON_CACHE:-$HOME/.cache/neuron}/node (npm install --prefix),
 #   - grpcurl, pinned, into ${NEURON_CACHE:-$HOME/.cache/neuron}/bin.
+#   - the gateway's Node interop clients (@a2a-js/sdk, the MCP TypeScript
+#     SDK), pinned by services/gateway/testdata/node/package-lock.json,
+#     npm ci'd into ${NEURON_CACHE:-$HOME/.cache/neuron}/gateway-node,
+#     again whenever the lockfile changes.
 # Idempotent: what is already there is kept. It never fails: what it
 # cannot install is printed, and the tests that need it skip.
 set -uo pipefail
@@ -70,6 +74,18 @@ else
     quiet npm install --prefix "$node_dir" --save-exact --no-audit --no-fund --loglevel=error \
       "@grpc/grpc-js@$grpc_js" "@grpc/proto-loader@$proto_loader" \
     || echo "client-deps: npm install failed; the Node client test will skip"
+fi
+
+# The gateway's Node interop test (services/gateway/node_test.go).
+gw_src=services/gateway/testdata/node
+gw_dest="$cache/gateway-node"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  : # said above
+elif ! cmp -s "$gw_src/package-lock.json" "$gw_dest/package-lock.json" || ! [ -d "$gw_dest/node_modules/@a2a-js/sdk" ]; then
+  echo "client-deps: npm ci of the gateway's Node interop clients into $gw_dest"
+  mkdir -p "$gw_dest" && cp "$gw_src/package.json" "$gw_src/package-lock.json" "$gw_dest/" &&
+    (cd "$gw_dest" && quiet npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
+    || echo "client-deps: npm ci of @a2a-js/sdk and @modelcontextprotocol/sdk failed; the gateway's Node interop test will skip"
 fi
 
 # grpcurl: `go version -m` names the module version it was built from.
