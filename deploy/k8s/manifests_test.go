@@ -673,6 +673,8 @@ func TestEnvironmentRBAC(t *testing.T) {
 		"networking.k8s.io/networkpolicies": {"create", "delete", "patch"},
 		"/pods":                             {"list"},
 		"/pods/log":                         {"get"},
+		// The workspaces that last: one claim each, kept across runs.
+		"/persistentvolumeclaims": {"create", "delete", "get", "list", "patch"},
 	}
 	for _, tg := range targets {
 		t.Run(tg.name(), func(t *testing.T) {
