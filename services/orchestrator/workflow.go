@@ -303,15 +303,16 @@ func (w *workflow) limits(f frame, l *Limits) {
 	if l.Rejected {
 		return // ApplyLimits failed the call if it mattered
 	}
-	fields := []field{numbers("signals", l.Seqs), str("reason", l.Reason), num("max_steps", w.maxSteps)}
 	if l.Budget.Valid {
 		w.limit = l.Budget
 		w.warned = w.spent.GreaterThanOrEqual(w.limit.Decimal.Mul(w.s.WarnFraction))
-		fields = append(fields, str("budget", w.limit.Decimal.String()))
 	}
 	if l.MaxSteps > 0 {
 		w.maxSteps = l.MaxSteps
-		fields[2] = num("max_steps", w.maxSteps)
+	}
+	fields := []field{numbers("signals", l.Seqs), str("reason", l.Reason), num("max_steps", w.maxSteps)}
+	if l.Budget.Valid {
+		fields = append(fields, str("budget", w.limit.Decimal.String()))
 	}
 	w.event(f.agent, "orchestrator.workflow.limits_changed", object(fields...))
 }
