@@ -438,7 +438,7 @@ func TestResumeKeepsTheLimitsItStartedWith(t *testing.T) {
 
 func waitStatus(t *testing.T, o *orch, id string, want orchestratorv1.WorkflowStatus) *orchestratorv1.Workflow {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := o.client.GetWorkflow(context.Background(), &orchestratorv1.GetWorkflowRequest{WorkflowId: id})
 		if err == nil && r.GetWorkflow().GetStatus() == want {
