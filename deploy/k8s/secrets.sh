@@ -9,6 +9,12 @@
 #   client.crt/.key           a client certificate (CN client) for callers of
 #                             the orchestrator, and client.token, its token
 #   policy/<service>.json     each service's auth policy (--auth-policy)
+#   gateway.crt/.key, policy/gateway.json, gateway-client.token
+#                             with --gateway (components/gateway): the
+#                             gateway's certificate (CN gateway: its
+#                             principal in the orchestrator's and State's
+#                             policies), its own policy, and the bearer
+#                             token of its clients (principal client)
 #   secrets.yaml              every Secret below, to kubectl apply -f
 #
 # Secrets (namespace -n):
@@ -16,18 +22,20 @@
 #   neuron-<service>-auth     policy.json
 #   neuron-orchestrator-tokens  state, operator, environment
 #   neuron-operator-tokens    state (and lifecycle with --lifecycle)
+#   neuron-gateway-tls, neuron-gateway-auth   with --gateway
 #
 # Tokens are fresh random values each run, so apply secrets.yaml as a whole.
 # The model API keys (neuron-provider-keys) are yours to create: README.md.
 # Keep ca.key offline; for rotation in production prefer cert-manager
 # (README.md, "Certificates").
 #
-# Usage: deploy/k8s/secrets.sh [-n NAMESPACE] [-o DIR] [--lifecycle] [--days N]
+# Usage: deploy/k8s/secrets.sh [-n NAMESPACE] [-o DIR] [--lifecycle] [--gateway] [--days N]
 set -euo pipefail
 
 ns=neuron
 out=
 lifecycle=false
+gateway=false
 days=90
 
 usage() {
@@ -39,6 +47,7 @@ while [ $# -gt 0 ]; do
 	-n | --namespace) ns=$2; shift 2 ;;
 	-o | --out) out=$2; shift 2 ;;
 	--lifecycle) lifecycle=true; shift ;;
+	--gateway) gateway=true; shift ;;
 	--days) days=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -88,6 +97,9 @@ for s in $services; do
 	cert "$s" serverAuth,clientAuth "$svc" "$svc.$ns" "$svc.$ns.svc" "$svc.$ns.svc.cluster.local"
 done
 cert client clientAuth
+if $gateway; then
+	cert gateway serverAuth,clientAuth neuron-gateway "neuron-gateway.$ns" "neuron-gateway.$ns.svc" "neuron-gateway.$ns.svc.cluster.local"
+fi
 
 token() { openssl rand -hex 32; }
 orch_state=$(token)
@@ -97,17 +109,28 @@ operator_state=$(token)
 operator_lifecycle=$(token)
 client=$(token)
 printf '%s\n' "$client" >client.token
+gateway_client=$(token)
+if $gateway; then
+	printf '%s\n' "$gateway_client" >gateway-client.token
+fi
 
 # The state service: the orchestrator reads and writes; the operator only
 # reads (Read, List, Search), which is how operators are kept from writing
 # state.
+# With --gateway the gateway (its certificate's CN) only searches (its
+# state_search tool).
+gateway_state=
+if $gateway; then
+	gateway_state=',
+  {"name": "gateway", "allow": ["/layer0.state.v1.StateService/Search"]}'
+fi
 cat >policy/state.json <<EOF
 {"principals": [
   {"name": "orchestrator", "tokens": ["$orch_state"], "allow": ["/layer0.state.v1.StateService/*"]},
   {"name": "operator", "tokens": ["$operator_state"], "allow": [
     "/layer0.state.v1.StateService/Read",
     "/layer0.state.v1.StateService/List",
-    "/layer0.state.v1.StateService/Search"]}
+    "/layer0.state.v1.StateService/Search"]}$gateway_state
 ]}
 EOF
 
@@ -127,15 +150,31 @@ cat >policy/environment.json <<EOF
 EOF
 
 # The orchestrator: its clients; with --lifecycle also the operator, for
-# LifecycleService.Publish only.
+# LifecycleService.Publish only; with --gateway the gateway (certificate
+# only), for what it calls: starting, following, deciding and canceling
+# workflows, and reading the agents.
 {
 	echo '{"principals": ['
 	printf '  {"name": "client", "tokens": ["%s"], "allow": ["/layer0.orchestrator.v1.OrchestratorService/*", "/layer0.agent.v1.AgentService/*", "/layer0.lifecycle.v1.LifecycleService/Subscribe"]}' "$client"
 	if $lifecycle; then
 		printf ',\n  {"name": "operator", "tokens": ["%s"], "allow": ["/layer0.lifecycle.v1.LifecycleService/Publish"]}' "$operator_lifecycle"
 	fi
+	if $gateway; then
+		o=/layer0.orchestrator.v1.OrchestratorService
+		printf ',\n  {"name": "gateway", "allow": ["%s/StartWorkflow", "%s/WatchWorkflow", "%s/GetWorkflow", "%s/CancelWorkflow", "%s/DecideApprovals", "/layer0.agent.v1.AgentService/GetAgent", "/layer0.agent.v1.AgentService/ListAgents"]}' "$o" "$o" "$o" "$o" "$o"
+	fi
 	printf '\n]}\n'
 } >policy/orchestrator.json
+
+# The gateway's own clients (A2A over gRPC and JSON-RPC, MCP, chat): the
+# bearer token in gateway-client.token.
+if $gateway; then
+	cat >policy/gateway.json <<EOF
+{"principals": [
+  {"name": "client", "tokens": ["$gateway_client"], "allow": ["/a2a.v1.A2AService/*", "/neuron.gateway.HTTP/*"]}
+]}
+EOF
+fi
 
 # secret NAME [kubectl create secret generic flags...]
 secret() {
@@ -151,6 +190,11 @@ secret() {
 			--from-file=tls.crt="$s.crt" --from-file=tls.key="$s.key" --from-file=ca.crt=ca.crt
 		secret "neuron-$s-auth" --from-file=policy.json="policy/$s.json"
 	done
+	if $gateway; then
+		secret neuron-gateway-tls --type=kubernetes.io/tls \
+			--from-file=tls.crt=gateway.crt --from-file=tls.key=gateway.key --from-file=ca.crt=ca.crt
+		secret neuron-gateway-auth --from-file=policy.json=policy/gateway.json
+	fi
 	secret neuron-orchestrator-tokens --from-literal=state="$orch_state" \
 		--from-literal=operator="$orch_operator" --from-literal=environment="$orch_environment"
 	if $lifecycle; then
