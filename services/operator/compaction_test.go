@@ -99,12 +99,14 @@ func TestCompaction(t *testing.T) {
 			}
 			pub.mu.Lock()
 			defer pub.mu.Unlock()
-			if len(pub.events) != 1 {
-				t.Fatalf("%d events published", len(pub.events))
+			// PreCompactionFlush, then CompactionComplete (no ContextPressure:
+			// Models.ContextPressure is 0).
+			if len(pub.events) != 2 || pub.events[0].GetCompaction().GetPreCompactionFlush() == nil {
+				t.Fatalf("events published: %v", pub.events)
 			}
-			cc := pub.events[0].GetCompaction().GetCompactionComplete()
-			if cc == nil || cc.GetTokensFreed() == 0 || pub.events[0].GetWorkflowId() != "wf-1" || !strings.HasPrefix(cc.GetStrategy(), tc.name) {
-				t.Fatalf("event %v", pub.events[0])
+			cc := pub.events[1].GetCompaction().GetCompactionComplete()
+			if cc == nil || cc.GetTokensFreed() == 0 || pub.events[1].GetWorkflowId() != "wf-1" || !strings.HasPrefix(cc.GetStrategy(), tc.name) {
+				t.Fatalf("event %v", pub.events[1])
 			}
 			if stored := decodeHistory(t, out.GetEffects()[0]); len(stored) != 2 {
 				t.Fatalf("stored %d messages, want only the new user turn and answer", len(stored))

@@ -43,6 +43,9 @@ func (c Config) Validate() error {
 	if c.MaxTokens < 0 || c.CircuitBreaker < 0 || c.HistoryEntries < 0 {
 		problems = append(problems, errors.New("max tokens, circuit breaker and history entries must not be negative"))
 	}
+	if p := c.Models.ContextPressure; p < 0 || p > 100 || p != p {
+		problems = append(problems, errors.New("context pressure must be a percent from 0 (never) to 100"))
+	}
 	return errors.Join(problems...)
 }
 

@@ -76,6 +76,12 @@ type run struct {
 	emitMu    sync.Mutex // parallel tool calls emit concurrently
 	// tracer starts the invocation's spans (tracing.go).
 	tracer trace.Tracer
+	// mem follows the session's persisted summary through compactions
+	// (summary.go); nil when the history has none to offer.
+	mem *sessionMemory
+	// pressured is set once ContextPressure was published, until a
+	// compaction brings the context back under the threshold.
+	pressured bool
 }
 
 // counters are the loop's running totals.
@@ -109,7 +115,16 @@ func (r *run) execute(ctx context.Context) (*operatorv1.OperatorOutput, error) {
 	defer cancel()
 
 	if sid := r.in.GetSessionId(); r.in.SessionId != nil && r.lim.history {
-		hist, err := r.op.history.Load(loopCtx, sid, r.op.cfg.HistoryEntries)
+		var hist []provider.Message
+		var err error
+		if sl, ok := r.op.history.(sessionLoader); ok {
+			var s *loadedSession
+			if s, err = sl.LoadSession(loopCtx, sid, r.op.cfg.HistoryEntries); err == nil {
+				hist, r.mem = s.messages, newSessionMemory(s)
+			}
+		} else {
+			hist, err = r.op.history.Load(loopCtx, sid, r.op.cfg.HistoryEntries)
+		}
 		if err != nil {
 			if reason, ok := r.timedOut(ctx, loopCtx); ok {
 				return r.finish(reason)
@@ -247,6 +262,7 @@ func (r *run) checkLimits(ctx, loopCtx context.Context) *operatorv1.ExitReason {
 // input would fail again) before the model is called.
 func (r *run) compact(ctx context.Context) error {
 	budget := r.op.budget(r.model)
+	_, _, fits := r.pressure(budget, r.messages)
 	if r.strict {
 		if est, limit, ok := compaction.Fits(r.lim.system, r.specs, r.messages, budget); !ok {
 			return fmt.Errorf("the conversation (%d messages, about %d tokens) does not fit model %s's context budget of %d tokens (a %d-token window less %d reserved for the answer), "+
@@ -255,6 +271,9 @@ func (r *run) compact(ctx context.Context) error {
 		}
 		return nil
 	}
+	if !fits && r.strategy.Name() != compaction.NameNone {
+		r.publishFlush()
+	}
 	out, rep, err := r.strategy.Compact(ctx, r.lim.system, r.specs, r.messages, budget)
 	if err != nil {
 		return err
@@ -262,6 +281,7 @@ func (r *run) compact(ctx context.Context) error {
 	if rep == nil {
 		return nil
 	}
+	r.mem.compacted(rep, out)
 	r.messages = out
 	r.usage = r.usage.Add(rep.Usage)
 	r.cost = r.cost.Add(rep.Cost)
@@ -277,6 +297,7 @@ func (r *run) compact(ctx context.Context) error {
 			}},
 		}},
 	})
+	r.pressure(budget, r.messages) // re-arm ContextPressure once back under the threshold
 	return nil
 }
 
@@ -430,7 +451,20 @@ func (r *run) finish(reason *operatorv1.ExitReason) (*operatorv1.OperatorOutput,
 				return nil, err
 			}
 		}
-		effects = append([]*typesv1.Effect{hist}, effects...)
+		sum, err := r.mem.effects(hist.GetWriteMemory().GetScope(), r.keyBase)
+		if err != nil {
+			return nil, err
+		}
+		if r.events != nil {
+			for _, e := range sum {
+				if err := r.emit(&operatorv1.ExecuteStreamResponse{Event: &operatorv1.ExecuteStreamResponse_EffectDeclared{
+					EffectDeclared: &operatorv1.EffectDeclared{Effect: e},
+				}}); err != nil {
+					return nil, err
+				}
+			}
+		}
+		effects = append(append([]*typesv1.Effect{hist}, sum...), effects...)
 	}
 	out := &operatorv1.OperatorOutput{
 		Message:    textContent(r.lastText),

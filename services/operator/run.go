@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/middleware/remote"
+	"github.com/secbear/neuron/pkg/telemetry"
 	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/hook"
 	"github.com/secbear/neuron/services/operator/provider"
@@ -274,6 +276,11 @@ type Models struct {
 	// for the response when compacting (--context-reserve). Zero: none
 	// (the binary's default is DefaultContextReserve).
 	ContextReserve int
+	// ContextPressure is the fill of a model's context budget, in
+	// percent, at which a ContextPressure lifecycle event is published
+	// (--context-pressure). Zero: never (the binary's default is
+	// DefaultContextPressure).
+	ContextPressure float64
 	// Script is a JSON script file of the scripted model (--script).
 	// Empty: its echo rules.
 	Script string
@@ -293,6 +300,8 @@ func DefaultConfig() Config {
 			Retries:        DefaultModelRetries,
 			Compaction:     compaction.NameSliding,
 			ContextReserve: DefaultContextReserve,
+
+			ContextPressure: DefaultContextPressure,
 		},
 		Workspace:     DefaultWorkspace,
 		Tools:         append([]string(nil), DefaultTools...),
@@ -407,6 +416,12 @@ func RunOneShot(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr
 		return 0, err
 	}
 	defer cleanup()
+	// No network in the sandbox: spans are kept in memory and handed
+	// back on stderr (spanRecorder).
+	rec := telemetry.NewRecorder("operator")
+	otel.SetTracerProvider(rec.TracerProvider())
+	spanRecorder.Store(rec)
+	defer spanRecorder.Store(nil)
 	return op.OneShot(ctx, stdin, stdout, stderr), nil
 }
 

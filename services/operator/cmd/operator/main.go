@@ -94,6 +94,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&m.Retries, "model-retries", def.Models.Retries, "retries of a model call after a transient error (429, 5xx, reset), with backoff and Retry-After")
 	fs.StringVar(&m.Compaction, "compaction", def.Models.Compaction, "context strategy: "+strings.Join(compaction.Names(), ", "))
 	fs.IntVar(&m.ContextReserve, "context-reserve", def.Models.ContextReserve, "tokens of the context window kept free for the response")
+	fs.Float64Var(&m.ContextPressure, "context-pressure", def.Models.ContextPressure, "publish a ContextPressure lifecycle event when the context fills this percent of the budget (window less --context-reserve); 0: never")
 	fs.BoolVar(&f.oneShot, "one-shot", false, "run one invocation: OperatorInput (protojson) on stdin, OperatorOutput on stdout; exit 0 complete, 3 other exit, 10+gRPC code on error")
 	fs.StringVar(&f.inputFile, "one-shot-input", "", "with --one-shot, read the OperatorInput from this file instead of stdin (e.g. a mounted Kubernetes Secret)")
 	fs.StringVar(&c.Model, "model", "", "default model, a catalog name (default: the first provider with credentials: "+strings.Join(withDefault, ", ")+"; else the scripted model)")
