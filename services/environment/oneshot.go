@@ -13,6 +13,7 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
+	"github.com/secbear/neuron/pkg/telemetry"
 	"github.com/secbear/neuron/services/operator/provider/providers"
 )
 
@@ -58,6 +59,7 @@ func DecodeOutput(stdout, stderr []byte, exitCode int) (*operatorv1.OperatorOutp
 // most 500 bytes, for error messages. It is valid UTF-8 (each byte that
 // is not, a U+FFFD): a status message must be.
 func LastLine(b []byte) string {
+	_, b = telemetry.CutSpans(b) // not a diagnostic
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	s := strings.TrimSpace(lines[len(lines)-1])
 	if s == "" {

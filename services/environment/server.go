@@ -304,6 +304,7 @@ func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *p
 		inv.Progress = newProgress(s.cfg.Progress, scrubber, q, stop, inv.Log)
 	}
 	inv.Log.Info("run", "backend", backend.Name(), "timeout", inv.Timeout.String(), "credentials", len(inv.Credentials), "stream", q != nil)
+	ctx, endTrace := traceRun(ctx, inv, backend.Name())
 	res, err := backend.Run(ctx, inv)
 	if inv.Progress != nil {
 		inv.Progress.finish()
@@ -313,6 +314,8 @@ func (s *Server) invoke(ctx context.Context, req *environmentv1.RunRequest, q *p
 			err = perr
 		}
 	}
+	// The operator's spans leave res.Logs here, before it is logged.
+	endTrace(res, err)
 	if err != nil {
 		err = s.scrubError(scrubber, err)
 		if res != nil && len(res.Logs) > 0 {

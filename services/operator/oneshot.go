@@ -9,9 +9,11 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"buf.build/go/protovalidate"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -20,6 +22,7 @@ import (
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/msgsize"
+	"github.com/secbear/neuron/pkg/telemetry"
 )
 
 // MaxOneShotInput bounds the OperatorInput read from stdin in one-shot
@@ -55,6 +58,12 @@ func (op *Operator) OneShot(ctx context.Context, stdin io.Reader, stdout, stderr
 	progress := dialProgress(os.Getenv(ProgressSocketEnv), stderr)
 	out, err := oneShot(ctx, op, stdin, progress.events())
 	progress.close()
+	if rec := spanRecorder.Load(); rec != nil {
+		// Before the last line, which the environment quotes on failure.
+		if dropped, err := rec.WriteSpans(stderr); err != nil || dropped > 0 {
+			fmt.Fprintf(stderr, "operator: %d spans left out (%v)\n", dropped, err)
+		}
+	}
 	if err != nil {
 		return writeStatus(stdout, stderr, err)
 	}
@@ -109,8 +118,20 @@ func oneShot(ctx context.Context, op *Operator, stdin io.Reader, events Events) 
 	if err := protovalidate.Validate(&operatorv1.ExecuteRequest{Input: in}); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errs.InvalidArgument)
 	}
+	// The trace the environment service put the run in: the spans of
+	// the invocation go under its span (see spanRecorder).
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(in.GetDispatch().GetTraceContext()))
 	return op.execute(ctx, in, events, true)
 }
+
+// spanRecorder, set by RunOneShot, records the spans of a one-shot
+// invocation in memory: the sandbox has no network to export them. OneShot
+// writes them on stderr, on one line before its last
+// (telemetry.SpansPrefix), for the environment service to export under its
+// span of the run. Only an input whose dispatch carries a sampled trace
+// context (DispatchContext.trace_context, which the environment sets) has
+// spans recorded.
+var spanRecorder atomic.Pointer[telemetry.Recorder]
 
 // ProgressSocketEnv is the environment variable through which the
 // environment service gives a one-shot operator its progress socket: a
