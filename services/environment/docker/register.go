@@ -1,8 +1,10 @@
 package docker
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/secbear/neuron/services/environment"
 )
@@ -27,5 +29,9 @@ func fromConfig(cfg environment.Config) (environment.Backend, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker backend: %w", err)
 	}
-	return b, func() { _ = b.Close() }, nil
+	// Workspace volumes nobody used for the retention period go, like
+	// the process backend's workspaces.
+	ctx, stop := context.WithCancel(context.Background())
+	go b.RunRetention(ctx, cfg.WorkspaceRetention, min(max(cfg.WorkspaceRetention/10, time.Second), time.Hour))
+	return b, func() { stop(); _ = b.Close() }, nil
 }

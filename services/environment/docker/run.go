@@ -133,8 +133,23 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		return nil, err
 	}
 	mounts = append(mounts, fm...)
-
+	// A workspace that lasts is a named volume at the workspace, in
+	// place of the tmpfs.
+	tmpfs := map[string]string{
+		Workspace: workspaceOptions(inv.Limits.DiskBytes),
+		"/tmp":    tmpfsOptions(tmpSize),
+	}
+	var vol string
 	image := b.image(inv.Spec)
+	if inv.Workspace != nil {
+		if vol, err = b.ensureVolume(ctx, inv.Workspace.Name, image); err != nil {
+			return nil, err
+		}
+		defer b.touch(vol)
+		delete(tmpfs, Workspace)
+		mounts = append(mounts, workspaceMount(vol, inv.Workspace.Name, false))
+	}
+
 	created, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "neuron-" + inv.ID,
 		Config: &container.Config{
@@ -158,11 +173,9 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			NetworkMode:    "none",
 			ReadonlyRootfs: true,
 			// The only writable places, each of a fixed size: the
-			// workspace holds at most the disk limit.
-			Tmpfs: map[string]string{
-				Workspace: workspaceOptions(inv.Limits.DiskBytes),
-				"/tmp":    tmpfsOptions(tmpSize),
-			},
+			// workspace holds at most the disk limit (a workspace
+			// volume: its cap, checked before and after the run).
+			Tmpfs:       tmpfs,
 			ShmSize:     shmSize,
 			Mounts:      mounts,
 			Privileged:  false,
@@ -190,13 +203,34 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 		// is not enforced.
 		log.Warn("the docker engine warned about the container", "warning", w)
 	}
-	if err := b.verify(ctx, created.ID, image, mounts); err != nil {
+	if err := b.verify(ctx, created.ID, image, mounts, vol); err != nil {
 		return nil, err
+	}
+	if vol != "" {
+		// A workspace left past its cap runs no more.
+		capBytes := inv.Workspace.Cap()
+		if size, err := b.usage(ctx, created.ID, capBytes); err != nil {
+			return nil, err
+		} else if size > capBytes {
+			return nil, overCap(inv.Workspace.Name, size, capBytes, "before the run")
+		}
 	}
 	if b.afterCreate != nil {
 		b.afterCreate(ctx, created.ID)
 	}
-	return b.run(ctx, inv, created.ID, log)
+	res, err := b.run(ctx, inv, created.ID, log)
+	if err == nil && vol != "" {
+		// The volume is bounded only by the host's disk during the run;
+		// a run that leaves it past the cap fails, and the workspace
+		// runs no more until it is deleted.
+		capBytes := inv.Workspace.Cap()
+		if size, err := b.usage(context.WithoutCancel(ctx), created.ID, capBytes); err != nil {
+			return nil, err
+		} else if size > capBytes {
+			return nil, overCap(inv.Workspace.Name, size, capBytes, "after the run; its output was discarded")
+		}
+	}
+	return res, err
 }
 
 // run attaches to the created container, starts it, feeds it the input
@@ -345,8 +379,9 @@ func workspaceOptions(size int64) string {
 // asked for: a volume (an image's VOLUME is a writable directory on the
 // host's disk, beside the read-only root and outside the disk limit), a
 // mount the backend did not make or made read-only, or a host
-// namespace, privileges or capabilities from the engine's defaults.
-func (b *Backend) verify(ctx context.Context, id, image string, want []mount.Mount) error {
+// namespace, privileges or capabilities from the engine's defaults. vol,
+// when not empty, is the workspace volume the backend mounted itself.
+func (b *Backend) verify(ctx context.Context, id, image string, want []mount.Mount, vol string) error {
 	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
 	res, err := b.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
@@ -360,6 +395,8 @@ func (b *Backend) verify(ctx context.Context, id, image string, want []mount.Mou
 	}
 	for _, m := range c.Mounts {
 		switch {
+		case vol != "" && m.Type == mount.TypeVolume && m.Name == vol && m.Destination == Workspace:
+			// The workspace's own volume.
 		case m.Type == mount.TypeVolume:
 			return fmt.Errorf("image %q declares a volume at %s (VOLUME), which the docker engine would create as a writable directory on the host's disk, outside the read-only root and the disk limit; build the image without VOLUME: %w", image, m.Destination, errs.FailedPrecondition)
 		case m.Type != mount.TypeBind || !ours[m.Destination] || m.RW:
