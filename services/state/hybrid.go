@@ -59,7 +59,7 @@ func noEmbedder(what, field string) error {
 
 // noVectors is the UNIMPLEMENTED of a backend without vector search.
 func noVectors(what string) error {
-	return fmt.Errorf("%s: this state server's backend has no vector index (only --backend bolt and memory have one); use keyword search: %w", what, errs.Unimplemented)
+	return fmt.Errorf("%s: this state server's backend has no vector index; use keyword search: %w", what, errs.Unimplemented)
 }
 
 // writeEmbedding returns the embedding a Write stores: the request's, one

@@ -69,6 +69,9 @@ type Postgres struct {
 
 	pruneMu   sync.Mutex
 	lastPrune time.Time // by the Option clock
+
+	// vectors is this replica's vector index (postgres_vector.go).
+	vectors *pgVectors
 }
 
 var _ Backend = (*Postgres)(nil)
@@ -108,7 +111,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts ...Option) (*Postgres, e
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %v: %w", err, errs.InvalidArgument)
 	}
-	p := &Postgres{core: core{opts: applyOptions(opts)}, pool: pool}
+	p := &Postgres{core: core{opts: applyOptions(opts)}, pool: pool, vectors: newPgVectors()}
 	secret, err := p.migrate(ctx)
 	if err != nil {
 		pool.Close()
@@ -150,9 +153,6 @@ func (p *Postgres) Write(ctx context.Context, s *typesv1.Scope, key string, v *s
 	mu, err := p.prepareWrite(ctx, s, key, v, g)
 	if err != nil {
 		return WriteResult{}, err
-	}
-	if mu.guard.Embedding != nil {
-		return WriteResult{}, fmt.Errorf("the postgres backend does not store embeddings yet (vector search needs --backend bolt): %w", errs.Unimplemented)
 	}
 	body := ""
 	if !g.Unindexed {
@@ -551,7 +551,7 @@ func (t *pgTxn) revision(ck []byte) (uint64, bool, error) {
 	return uint64(rev), true, nil
 }
 
-func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, _ []float32) error {
+func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, vec []float32) error {
 	enc, key, err := splitKey(ck)
 	if err != nil {
 		return err
@@ -562,11 +562,15 @@ func (t *pgTxn) put(ck []byte, rev uint64, raw []byte, unindexed bool, _ []float
 	} else {
 		words = pgKeyWords(key)
 	}
-	_, err = t.tx.Exec(t.ctx, `INSERT INTO state_items (scope, key, value, revision, body, key_words, indexed)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+	var embedding []byte // NULL: no embedding
+	if vec != nil && !unindexed {
+		embedding = encodeVector(vec)
+	}
+	_, err = t.tx.Exec(t.ctx, `INSERT INTO state_items (scope, key, value, revision, body, key_words, indexed, embedding)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (scope, key) DO UPDATE SET value = EXCLUDED.value, revision = EXCLUDED.revision,
-			body = EXCLUDED.body, key_words = EXCLUDED.key_words, indexed = EXCLUDED.indexed`,
-		enc, []byte(key), raw, int64(rev), body, words, !unindexed)
+			body = EXCLUDED.body, key_words = EXCLUDED.key_words, indexed = EXCLUDED.indexed, embedding = EXCLUDED.embedding`,
+		enc, []byte(key), raw, int64(rev), body, words, !unindexed, embedding)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/conformance/internal/remote"
 	conformance "github.com/secbear/neuron/pkg/conformance/state"
+	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/services/state"
@@ -33,7 +34,7 @@ func TestPostgresConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = store.Close() }) // after the server stopped
-		addrs = append(addrs, serve(t, grpcserver.Config{Name: "state", Dev: true}, store, nil))
+		addrs = append(addrs, serve(t, grpcserver.Config{Name: "state", Dev: true}, store, embed.Test{}))
 	}
 	conns := make([]*grpc.ClientConn, len(addrs))
 	for i, a := range addrs {
@@ -44,6 +45,7 @@ func TestPostgresConformance(t *testing.T) {
 		Conn:          &pgRoundRobin{conns: conns},
 		MaxKeyBytes:   limits.MaxKeyBytes,
 		MaxValueBytes: limits.MaxValueBytes,
+		Embedder:      conformance.EmbedderTest,
 	})
 }
 
