@@ -65,7 +65,9 @@ type ServerConfig struct {
 	// with its MIDDLEWARE_HALT output as the only message, a MODIFY
 	// before runs the replacement input, and after the run its verdict
 	// applies to the result (the progress already sent is not
-	// intercepted, as for the operator's ExecuteStream). Nil: none.
+	// intercepted, as for the operator's ExecuteStream). Each sandbox
+	// Exec goes through it as a Run too (execInput, execOutput). Nil:
+	// none.
 	Exec grpc.UnaryServerInterceptor
 	// Workspaces keeps the workspaces that last (a session's or a
 	// workflow's) and serves their files; nil: a spec asking for one is
