@@ -95,3 +95,35 @@ awk -F '\t' -v runs="$runs" -v cpus="$(getconf _NPROCESSORS_ONLN)" -v gov="$(go 
     ratio("Write: raw bbolt Batch concurrency 64 / Update concurrency 1", "Write/boltbatch/conc=64", "Write/bolt/conc=1", "", 0)
   }
 '
+
+# Vector search (issue 25): recall@10 of the HNSW index against exact
+# search, query p50/p99 at 10k and 100k clustered 768-dimension vectors,
+# and hybrid against keyword-only (services/state/vector_bench_test.go;
+# builds 100k-vector indexes, a few minutes). NEURON_BENCH_NO_VECTORS=1
+# skips it.
+if [ -z "${NEURON_BENCH_NO_VECTORS:-}" ]; then
+  vout=$(mktemp)
+  vcmd="NEURON_BENCH_VECTORS=1 go test -run '^\$' -bench 'BenchmarkVectorANN|BenchmarkHybridSearch' -benchtime ${VECTOR_BENCHTIME:-200x} -count 1 ./services/state/"
+  echo "$vcmd" >&2
+  NEURON_BENCH_VECTORS=1 go test -run '^$' -bench 'BenchmarkVectorANN|BenchmarkHybridSearch' -benchtime "${VECTOR_BENCHTIME:-200x}" -count 1 ./services/state/ | tee "$vout" >&2
+  awk -v cmd="$vcmd" '
+    /^Benchmark(VectorANN|HybridSearch)\// {
+      name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+      delete m
+      for (i = 3; i < NF; i += 2) m[$(i+1)] = $i
+      row[++k] = sprintf("| %s | %s | %s | %s | %s | %s | %s |", name, m["p50-ms"], m["p99-ms"],
+        ("recall@10" in m) ? m["recall@10"] : "", ("build-s" in m) ? m["build-s"] : "",
+        ("build-cpu-s" in m) ? m["build-cpu-s"] : "", ("index-B/vector" in m) ? m["index-B/vector"] : "")
+      if (name ~ /VectorANN\/n=100000\/hnsw/) p50 = m["p50-ms"]
+    }
+    END {
+      if (k == 0) { print "bench-state: no vector benchmark results" > "/dev/stderr"; exit 1 }
+      printf "\nVector search: %s\n\n", cmd
+      print "| benchmark | p50 ms | p99 ms | recall@10 | build s | build cpu s | index B/vector |"
+      print "|---|---:|---:|---:|---:|---:|---:|"
+      for (i = 1; i <= k; i++) print row[i]
+      if (p50 != "") printf "\np50 at 100k through HNSW: %s ms (target < 10 ms): %s\n", p50, (p50 + 0 < 10) ? "met" : "MISSED"
+    }
+  ' "$vout"
+  rm -f "$vout"
+fi
