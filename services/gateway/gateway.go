@@ -53,6 +53,13 @@ type Gateway struct {
 
 	mu     sync.Mutex
 	queued map[string]*queuedMessage // accepted, waiting in a lane, not started yet
+
+	// durable, when set, keeps the lanes in the State service instead
+	// (durable.go).
+	durable *durableLanes
+	// sched, when set, keeps cron schedules in the State service
+	// (schedule.go).
+	sched *Scheduler
 }
 
 type queuedMessage struct {
@@ -162,6 +169,9 @@ func (g *Gateway) Submit(ctx context.Context, m Message) (*Accepted, error) {
 	if err := g.check(ctx, &m); err != nil {
 		return nil, err
 	}
+	if g.durable != nil {
+		return g.durable.submit(ctx, m)
+	}
 	id := NewTaskID(m.Session)
 	started := make(chan struct{})
 	settled := make(chan Settled, 1)
@@ -205,6 +215,9 @@ func (g *Gateway) Submit(ctx context.Context, m Message) (*Accepted, error) {
 
 // Queued returns the message of a task waiting in its lane.
 func (g *Gateway) Queued(id string) (Message, bool) {
+	if g.durable != nil {
+		return g.durable.queued(id)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q, ok := g.queued[id]
@@ -219,6 +232,9 @@ func (g *Gateway) Queued(id string) (Message, bool) {
 // started, it waits until it has been (the workflow is then to be
 // canceled instead) and reports false.
 func (g *Gateway) CancelQueued(id string) bool {
+	if g.durable != nil {
+		return g.durable.cancelQueued(id)
+	}
 	g.mu.Lock()
 	q, ok := g.queued[id]
 	if !ok {

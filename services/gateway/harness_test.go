@@ -59,6 +59,8 @@ type stackOptions struct {
 	laneDepth int
 	// gateway adjusts the gateway's config before it runs.
 	gateway func(*gateway.Config)
+	// noGateway: start the services behind the gateway only.
+	noGateway bool
 }
 
 func startStack(t testing.TB, o stackOptions, agents ...agent) *stack {
@@ -102,7 +104,9 @@ func startStack(t testing.TB, o stackOptions, agents ...agent) *stack {
 		})
 	})
 	s.orch = orchestratorv1.NewOrchestratorServiceClient(harness.Dial(t, s.orchAddr))
-	s.startGateway(t, o)
+	if !o.noGateway {
+		s.startGateway(t, o)
+	}
 	return s
 }
 

@@ -75,6 +75,12 @@ type Config struct {
 	// Channels are the chat channels (Slack, Telegram) and their route
 	// table (channel.go).
 	Channels ChannelsConfig
+	// ScheduleCheck is how often due schedule ticks are looked for (0:
+	// DefaultScheduleCheck).
+	ScheduleCheck time.Duration
+	// Clock, when set, is the schedules' clock instead of time.Now
+	// (tests).
+	Clock func() time.Time
 	// Log is the logger.
 	Log *slog.Logger
 	// Ready, when set, is called with the gRPC and HTTP addresses once
@@ -171,6 +177,15 @@ func Run(ctx context.Context, cfg Config) error {
 	runCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopJobs()
 	g := New(runCtx, orchestratorv1.NewOrchestratorServiceClient(cc), agents, cfg.LaneDepth, log)
+	if state != nil { // lanes, schedules and push configs live in the State service
+		g.durable = newDurableLanes(g, newKV(state), cfg.LaneDepth)
+		go g.durable.resumeUntil(runCtx)
+		g.sched = &Scheduler{g: g, kv: newKV(state), now: cfg.Clock}
+		if g.sched.now == nil {
+			g.sched.now = time.Now
+		}
+		go g.sched.run(runCtx, cfg.ScheduleCheck)
+	}
 	// The A2A gRPC transport, behind the server's auth like any service.
 	a2apb.RegisterA2AServiceServer(srv, a2agrpc.NewHandler(&A2AHandler{G: g, DefaultAgent: cfg.DefaultAgent}))
 
@@ -226,6 +241,7 @@ func (h *httpServer) routes() http.Handler {
 	if h.channels != nil {
 		h.channels.mount(mux, h.authed)
 	}
+	h.mountSchedules(mux)
 	return mux
 }
 
