@@ -35,7 +35,8 @@ type Memory struct {
 	keys      []string           // the keys of docs, sorted
 	seq       uint64             // the revision counter
 	idems     map[string]idemRecord
-	idemOrder []idemEntry // idempotency records in insertion order, for pruning
+	idemOrder []idemEntry     // idempotency records in insertion order, for pruning
+	marks     []retentionMark // the retention sweeper's notes (retention_memory.go)
 }
 
 type memDoc struct {

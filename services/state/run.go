@@ -118,6 +118,16 @@ type Config struct {
 	// Write that neither carries an embedding nor says embed NEVER
 	// (--embed-writes=false); Writes with embed ALWAYS still are.
 	NoEmbedWrites bool
+
+	// Retention is the retention policy the service enforces with a
+	// background sweeper (--retention, --retention-file; retention.go),
+	// on the bolt and memory backends; none: nothing is ever deleted.
+	Retention []RetentionRule
+	// RetentionInterval is the time between sweeps
+	// (--retention-interval); zero: DefaultRetentionInterval.
+	RetentionInterval time.Duration
+	// RetentionNow is the sweeper's clock (tests); nil: time.Now.
+	RetentionNow func() time.Time
 }
 
 // Run serves state until ctx ends, then stops gracefully (health turns
@@ -200,6 +210,19 @@ func Run(ctx context.Context, cfg Config) error {
 		defer backend.Close()
 	}
 
+	if len(cfg.Retention) > 0 {
+		sw, err := NewSweeper(backend, cfg.Retention, cfg.RetentionNow, log)
+		if err != nil {
+			return err
+		}
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); sw.Run(sctx, cfg.RetentionInterval) }()
+		defer func() { stop(); <-done }() // before the backend closes
+		for _, r := range cfg.Retention {
+			log.Info("retention rule", "rule", r.String())
+		}
+	}
 	handler := NewServer(backend, WithEmbedder(embedder, !cfg.NoEmbedWrites), WithServerLogger(log))
 	_, vectors := backend.(VectorBackend)
 	switch {

@@ -56,6 +56,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.IdempotencyRetention, "idempotency-retention", state.DefaultIdempotencyRetention, "how long a write's idempotency key is remembered")
 	cfg.EmbedderConfig.BindFlags(fs)
 	embedWrites := fs.Bool("embed-writes", true, "with --embedder: embed every indexed write that carries no embedding (false: only writes that ask, embed ALWAYS)")
+	retention := fs.String("retention", "", `retention rules, ";"-separated, each scope=(*|a kind|one scope),prefix=P,max-age=DURATION,max-entries=N, e.g. scope=session,prefix=conversation/,max-age=720h,max-entries=1000 (default: keep everything)`)
+	retentionFile := fs.String("retention-file", "", `JSON file of retention rules, added to --retention: {"rules":[{"scope":"session","prefix":"conversation/","max_age":"720h","max_entries":1000}]}`)
+	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", state.DefaultRetentionInterval, "time between retention sweeps")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "state: the layer0 StateService on bbolt")
@@ -68,6 +71,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Log = log
 	cfg.NoEmbedWrites = !*embedWrites
+	if cfg.Retention, err = state.ParseRetention(*retention); err != nil {
+		return fmt.Errorf("--retention: %w", err)
+	}
+	if *retentionFile != "" {
+		rules, err := state.ReadRetentionFile(*retentionFile)
+		if err != nil {
+			return fmt.Errorf("--retention-file: %w", err)
+		}
+		cfg.Retention = append(cfg.Retention, rules...)
+	}
 	if cfg.EmbedderConfig.Provider == embed.ProviderTest {
 		log.Warn("TEST EMBEDDER: a fixed word table, not a model; for tests only")
 	}
