@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -26,6 +28,9 @@ import (
 // Event types of the orchestrator's workflow log that the gateway acts on.
 const (
 	eventSuspended      = "orchestrator.workflow.suspended"
+	eventCompleted      = "orchestrator.workflow.completed"
+	eventFailed         = "orchestrator.workflow.failed"
+	eventCanceled       = "orchestrator.workflow.canceled"
 	eventSignalAccepted = "orchestrator.signal.accepted"
 )
 
@@ -316,72 +321,141 @@ type Update struct {
 // of the call running then starts again from that call's start). fn may
 // be nil; returning false stops following (Follow then
 // returns context.Canceled).
+//
+// Without Progress, once the workflow's ending event (completed, failed,
+// canceled) is in, Follow takes whichever comes first: the stream's end
+// or the record (ended). It returns on a suspension with the record.
 func (g *Gateway) Follow(ctx context.Context, id string, o FollowOptions, fn func(Update) bool) (*orchestratorv1.Workflow, error) {
 	var after uint64
 	failures := 0
 	gated := o.AfterDecision != 0
 	for {
-		stream, err := g.orch.WatchWorkflow(ctx, &orchestratorv1.WatchWorkflowRequest{WorkflowId: id, AfterSequence: after, OmitProgress: !o.Progress})
+		wf, retry, err := g.follow(ctx, id, o, fn, &after, &gated)
+		if !retry || failures >= 5 || ctx.Err() != nil {
+			return wf, err
+		}
+		failures++ // reconnect after the last event seen
+	}
+}
+
+// follow is one WatchWorkflow stream of Follow; retry says the stream was
+// lost and may be resumed after *after. The stream ends with it.
+func (g *Gateway) follow(ctx context.Context, id string, o FollowOptions, fn func(Update) bool, after *uint64, gated *bool) (_ *orchestratorv1.Workflow, retry bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := g.orch.WatchWorkflow(ctx, &orchestratorv1.WatchWorkflowRequest{WorkflowId: id, AfterSequence: *after, OmitProgress: !o.Progress})
+	if err != nil {
+		return nil, false, err
+	}
+	for {
+		msg, err := stream.Recv()
 		if err != nil {
-			return nil, err
-		}
-		for {
-			msg, err := stream.Recv()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					return g.getWorkflow(ctx, id)
-				}
-				if c := status.Code(err); (c == codes.Unavailable || c == codes.ResourceExhausted) && ctx.Err() == nil && failures < 5 {
-					failures++
-					break // reconnect after the last event seen
-				}
-				return nil, err
+			if errors.Is(err, io.EOF) {
+				wf, err := g.getWorkflow(ctx, id)
+				return wf, false, err
 			}
-			switch k := msg.GetKind().(type) {
-			case *orchestratorv1.WatchWorkflowResponse_End:
-				return k.End, nil
-			case *orchestratorv1.WatchWorkflowResponse_Progress:
-				if gated || fn == nil || k.Progress.GetDepth() != 0 {
-					continue
+			if c := status.Code(err); c == codes.Unavailable || c == codes.ResourceExhausted {
+				return nil, true, err
+			}
+			return nil, false, err
+		}
+		switch k := msg.GetKind().(type) {
+		case *orchestratorv1.WatchWorkflowResponse_End:
+			return k.End, false, nil
+		case *orchestratorv1.WatchWorkflowResponse_Progress:
+			if *gated || fn == nil || k.Progress.GetDepth() != 0 {
+				continue
+			}
+			var u Update
+			switch e := k.Progress.GetEvent().GetEvent().(type) {
+			case *operatorv1.ExecuteStreamResponse_TextDelta:
+				u.Text = e.TextDelta.GetText()
+			case *operatorv1.ExecuteStreamResponse_ToolCallStarted:
+				u.ToolStarted, u.ToolID = e.ToolCallStarted.GetName(), e.ToolCallStarted.GetToolUseId()
+			case *operatorv1.ExecuteStreamResponse_ToolCallFinished:
+				u.ToolFinished, u.ToolID, u.ToolError = e.ToolCallFinished.GetName(), e.ToolCallFinished.GetToolUseId(), e.ToolCallFinished.GetIsError()
+			default:
+				continue
+			}
+			if !fn(u) {
+				return nil, false, context.Canceled
+			}
+		case *orchestratorv1.WatchWorkflowResponse_Event:
+			ev := k.Event
+			if s := ev.GetWorkflowSequence(); s > *after {
+				*after = s
+			}
+			if *gated {
+				*gated = !isDecisionOf(ev, o.AfterDecision)
+				continue
+			}
+			if fn != nil && !fn(Update{Event: ev}) {
+				return nil, false, context.Canceled
+			}
+			switch t := ev.GetObservable().GetEventType(); {
+			case !o.Progress && (t == eventCompleted || t == eventFailed || t == eventCanceled):
+				wf, err := g.ended(ctx, id, stream)
+				return wf, false, err
+			case t == eventSuspended:
+				wf, err := g.getWorkflow(ctx, id)
+				if err != nil {
+					return nil, false, err
 				}
-				var u Update
-				switch e := k.Progress.GetEvent().GetEvent().(type) {
-				case *operatorv1.ExecuteStreamResponse_TextDelta:
-					u.Text = e.TextDelta.GetText()
-				case *operatorv1.ExecuteStreamResponse_ToolCallStarted:
-					u.ToolStarted, u.ToolID = e.ToolCallStarted.GetName(), e.ToolCallStarted.GetToolUseId()
-				case *operatorv1.ExecuteStreamResponse_ToolCallFinished:
-					u.ToolFinished, u.ToolID, u.ToolError = e.ToolCallFinished.GetName(), e.ToolCallFinished.GetToolUseId(), e.ToolCallFinished.GetIsError()
-				default:
-					continue
+				if wf.GetStatus() != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+					return wf, false, nil
 				}
-				if !fn(u) {
-					return nil, context.Canceled
-				}
-			case *orchestratorv1.WatchWorkflowResponse_Event:
-				ev := k.Event
-				if s := ev.GetWorkflowSequence(); s > after {
-					after = s
-				}
-				if gated {
-					gated = !isDecisionOf(ev, o.AfterDecision)
-					continue
-				}
-				if fn != nil && !fn(Update{Event: ev}) {
-					return nil, context.Canceled
-				}
-				if ev.GetObservable().GetEventType() == eventSuspended {
-					wf, err := g.getWorkflow(ctx, id)
-					if err != nil {
-						return nil, err
-					}
-					if wf.GetStatus() == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED {
-						return wf, nil
-					}
-					// It went on meanwhile: keep watching.
-				}
+				// It went on meanwhile (a signal woke it): keep watching.
 			}
 		}
+	}
+}
+
+// endWait is how long ended waits for the stream's end before it also
+// asks for the record.
+const endWait = 2 * time.Millisecond
+
+// ended returns workflow id once stream has delivered its ending event
+// (committed with its status). The stream's end usually follows at once,
+// but the orchestrator sends it only once it has let the run go, and a
+// watch that looked a moment too early waits for its next poll (up to a
+// second by default): so after endWait the record is read instead, and
+// the stream waited for only when the record still says running (an
+// engine that records the status after the event).
+func (g *Gateway) ended(ctx context.Context, id string, stream grpc.ServerStreamingClient[orchestratorv1.WatchWorkflowResponse]) (*orchestratorv1.Workflow, error) {
+	got := make(chan *orchestratorv1.Workflow, 2)
+	go func() {
+		m, err := stream.Recv()
+		if err != nil {
+			got <- nil
+			return
+		}
+		got <- m.GetEnd()
+	}()
+	timer := time.NewTimer(endWait)
+	defer timer.Stop()
+	select {
+	case wf := <-got:
+		if wf != nil {
+			return wf, nil
+		}
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-timer.C:
+	}
+	// The stream has not ended (or ended without the workflow): the
+	// record says where the workflow stopped.
+	wf, err := g.getWorkflow(ctx, id)
+	if err != nil || wf.GetStatus() != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
+		return wf, err
+	}
+	select {
+	case end := <-got:
+		if end != nil {
+			return end, nil
+		}
+		return g.getWorkflow(ctx, id)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
