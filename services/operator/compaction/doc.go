@@ -53,4 +53,16 @@
 //
 // Compaction only shapes what is sent; the turns the invocation adds to
 // the session's history are unaffected.
+//
+// # Around the strategy (in the operator)
+//
+// The operator publishes ContextPressure when the context passes
+// --context-pressure percent of the budget, PreCompactionFlush just
+// before a strategy other than None compacts a context over its budget,
+// and CompactionComplete after. A Summarize summary of a session's
+// oldest turns is persisted as the session's memory (the operator's
+// summary.go: keys "summary/<epoch>~<writer>" and
+// "summary-covers/<epoch>~<writer>"), and the session's next invocation
+// starts from it: the summary message is then the first of msgs, and a
+// later compaction folds it into the next summary (rolling).
 package compaction
