@@ -51,6 +51,16 @@
 // attack_test.go runs hostile specs and a hostile image against a private
 // dockerd; internal/probe is the binary that looks around from inside.
 //
+// A workspace that lasts (a session's or a workflow's,
+// Invocation.Workspace) is a named volume instead of the workspace tmpfs
+// (workspace.go): labelled with the workspace, its owner kind and its
+// creation time, its root given to the container's user when it is
+// created, mounted read-write at /workspace. Its size cap is checked
+// before and after each run (a local volume has no size limit of its
+// own); the retention sweep removes volumes unused for the retention.
+// The file RPCs reach it through the archive API of a container that
+// mounts it and is never started, refusing any symbolic link on a path.
+//
 // The container is force-removed when the run ends, whatever the
 // outcome; it carries the label neuron.dev/invocation=<invocation id>.
 package docker

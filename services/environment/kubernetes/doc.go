@@ -75,6 +75,14 @@
 // resources.cpu_time. Sidecar credentials are refused: there is no
 // in-cluster egress proxy yet.
 //
+// A workspace that lasts (a session's or a workflow's) is a
+// PersistentVolumeClaim (workspace.go) of the workspace's size cap and
+// Config.WorkspaceStorageClass, mounted at the workspace of each run's
+// pod instead of the emptyDir, and kept after the Job; the retention
+// sweep deletes claims unused for the retention (annotation
+// neuron.dev/last-used). Its files are not reachable through the file
+// RPCs (FAILED_PRECONDITION).
+//
 // attack_test.go holds the attack tests: hostile specs refused before any
 // API call, the hostile Job checked field by field, and, on a real API
 // server, the pod admitted by the restricted Pod Security Standard.
