@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
@@ -39,7 +40,8 @@ var gatewaySvc = svc{name: "gateway", port: 7076, kind: "Deployment", stateless:
 // checks what the gateway's production auth promises: with exactly its
 // mounted certificate the gateway may call what it needs of the
 // orchestrator (start, watch, get, cancel and decide workflows; read the
-// agents) and of the State service (Search), and nothing else; the
+// agents) and nothing else, and of the State service (its five methods:
+// search, and its durable lanes and schedules); the
 // gateway itself, run with its pod's settings, refuses clients without
 // the token secrets.sh wrote (UNAUTHENTICATED on gRPC, 401 on A2A
 // JSON-RPC, MCP and chat) and lets the token through.
@@ -132,15 +134,25 @@ func TestGatewaySecrets(t *testing.T) {
 	_, err = lifecyclev1.NewLifecycleServiceClient(oc).Publish(ctx, &lifecyclev1.PublishRequest{})
 	wantCode(t, "gateway -> orchestrator Publish", err, codes.PermissionDenied)
 
+	// State: state_search, and the durable lanes, schedules and push
+	// configs in its own scope.
 	st := statev1.NewStateServiceClient(dial(peerOf("STATE", stateAddr)))
-	sc := scope.Session("gateway-secrets-test")
+	sc := scope.Custom(gateway.StateScope)
+	if _, err := st.Write(ctx, &statev1.WriteRequest{Scope: sc, Key: "k", Value: structpb.NewStringValue("v")}); err != nil {
+		t.Errorf("gateway -> state Write: %v", err)
+	}
+	if _, err := st.Read(ctx, &statev1.ReadRequest{Scope: sc, Key: "k"}); err != nil {
+		t.Errorf("gateway -> state Read: %v", err)
+	}
+	if _, err := st.List(ctx, &statev1.ListRequest{Scope: sc}); err != nil {
+		t.Errorf("gateway -> state List: %v", err)
+	}
 	if _, err := st.Search(ctx, &statev1.SearchRequest{Scope: sc, Query: "anything"}); err != nil {
 		t.Errorf("gateway -> state Search: %v", err)
 	}
-	_, err = st.Read(ctx, &statev1.ReadRequest{Scope: sc, Key: "k"})
-	wantCode(t, "gateway -> state Read", err, codes.PermissionDenied)
-	_, err = st.Write(ctx, &statev1.WriteRequest{Scope: sc, Key: "k"})
-	wantCode(t, "gateway -> state Write", err, codes.PermissionDenied)
+	if _, err := st.Delete(ctx, &statev1.DeleteRequest{Scope: sc, Key: "k"}); err != nil {
+		t.Errorf("gateway -> state Delete: %v", err)
+	}
 
 	// The gateway itself, with its pod's server settings, in front of
 	// those two.

@@ -117,12 +117,16 @@ fi
 # The state service: the orchestrator reads and writes; the operator only
 # reads (Read, List, Search), which is how operators are kept from writing
 # state.
-# With --gateway the gateway (its certificate's CN) only searches (its
-# state_search tool).
+# With --gateway the gateway (its certificate's CN): its state_search
+# tool searches; its durable lanes, schedules and push configs (scope
+# custom:neuron-gateway) are read, written, listed and deleted. A policy
+# names methods, not scopes: the gateway is trusted with State as the
+# orchestrator is.
 gateway_state=
 if $gateway; then
-	gateway_state=',
-  {"name": "gateway", "allow": ["/layer0.state.v1.StateService/Search"]}'
+	s=/layer0.state.v1.StateService
+	gateway_state=",
+  {\"name\": \"gateway\", \"allow\": [\"$s/Read\", \"$s/Write\", \"$s/Delete\", \"$s/List\", \"$s/Search\"]}"
 fi
 cat >policy/state.json <<EOF
 {"principals": [

@@ -207,16 +207,17 @@ func newChannels(ctx context.Context, g *Gateway, cfg ChannelsConfig, defaultAge
 	if routes.Default == "" {
 		return nil, errors.New("chat channels need an agent for messages no route names: set default: in --routes, or --default-agent")
 	}
-	// An agent that does not exist is a mistake in the table; one that
-	// cannot be looked up yet (the orchestrator is still starting) is
-	// only a warning.
+	// An agent missing from a registry file is a mistake in the table;
+	// the orchestrator's agents may be defined after the gateway starts
+	// (neuron up applies its demo agents then), so there it is only a
+	// warning, as is an agent that cannot be looked up yet.
 	for _, a := range routes.agents() {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := g.agents.Check(cctx, a.agent)
 		cancel()
 		switch {
 		case err == nil:
-		case errs.ToStatus(err).Code() == codes.NotFound:
+		case errs.ToStatus(err).Code() == codes.NotFound && g.agents.client == nil:
 			return nil, fmt.Errorf("%s: agent %q: %w", a.where, a.agent, err)
 		default:
 			log.Warn("route agent not checked", "agent", a.agent, "where", a.where, "err", err)
@@ -293,7 +294,8 @@ func (c *Channels) deliver(ctx context.Context, ch Channel, ev ChatEvent) error 
 	sctx, cancel := context.WithTimeout(ctx, submitTimeout)
 	defer cancel()
 	acc, err := c.g.Submit(sctx, Message{Agent: agent, Session: session, Text: ev.Text, Metadata: map[string]any{
-		"channel": ev.Channel, "conversation": ev.Conversation, "user": ev.User, "delivery": ev.ID,
+		"channel": ev.Channel, "workspace": ev.Workspace, "conversation": ev.Conversation, "user": ev.User,
+		"thread": ev.Thread, "delivery": ev.ID,
 	}})
 	if err != nil {
 		return c.refuse(ch, ev, key, agent, err)

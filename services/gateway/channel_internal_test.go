@@ -103,8 +103,8 @@ func TestChatEventSession(t *testing.T) {
 	t.Parallel()
 	for ev, want := range map[ChatEvent]string{
 		{Channel: "slack", Workspace: "T1", Conversation: "C1", User: "U1"}: "slack:T1:C1:U1",
-		{Channel: "telegram", Conversation: "-1001", User: "42"}:           "telegram:-1001:42",
-		{Channel: "x", Conversation: "a b/c", User: "ü"}:                   "x:a_b_c:_",
+		{Channel: "telegram", Conversation: "-1001", User: "42"}:            "telegram:-1001:42",
+		{Channel: "x", Conversation: "a b/c", User: "ü"}:                    "x:a_b_c:_",
 	} {
 		got := ev.Session()
 		if got != want || !sessionPattern.MatchString(got) {

@@ -135,6 +135,9 @@ func (s *Slack) verify(h http.Header, body []byte) error {
 	if errors.Is(err, slack.ErrExpiredTimestamp) {
 		return errors.New("X-Slack-Request-Timestamp is more than five minutes from now: a replayed or delayed request (check the clock)")
 	}
+	if errors.Is(err, slack.ErrInvalidSignature) {
+		return errors.New("X-Slack-Signature is not a v0 signature of the body with the signing secret (--slack-signing-secret)")
+	}
 	if err != nil {
 		return fmt.Errorf("bad Slack signature headers: %v", err)
 	}
