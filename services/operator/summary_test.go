@@ -19,6 +19,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/content"
+	"github.com/secbear/neuron/pkg/embed"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/grpcserver"
 	"github.com/secbear/neuron/pkg/lifecycle"
@@ -26,6 +27,7 @@ import (
 	"github.com/secbear/neuron/services/operator"
 	"github.com/secbear/neuron/services/operator/compaction"
 	"github.com/secbear/neuron/services/operator/provider"
+	"github.com/secbear/neuron/services/state"
 )
 
 // seedKey is the key of a seeded history entry: the operator's format,
@@ -129,7 +131,15 @@ func sessionInput(sid, dispatch, text string) *operatorv1.OperatorInput {
 // invocation starts from it plus the newer turns, without summarizing
 // again, and keyword search finds the summary.
 func TestSessionSummaryPersisted(t *testing.T) {
-	stateAddr, st := startState(t)
+	// A State with the test embedder, which embeds every indexed write.
+	stateAddr := harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		return state.Run(ctx, state.Config{
+			Server: grpcserver.Config{Name: "state", Dev: true, ShutdownTimeout: 2 * time.Second},
+			Log:    harness.Quiet(), Listener: lis, Backend: state.BackendMemory,
+			EmbedderConfig: embed.Config{Provider: embed.ProviderTest},
+		})
+	})
+	st := statev1.NewStateServiceClient(harness.Dial(t, stateAddr))
 	const sid = "remember"
 	for i := 1; i <= 6; i++ {
 		writeTurn(t, st, sid, seedKey(i, "seed"), fmt.Sprint(i))
@@ -163,6 +173,14 @@ func TestSessionSummaryPersisted(t *testing.T) {
 	}
 	if len(res.GetResults()) != 1 || !strings.HasPrefix(res.GetResults()[0].GetKey(), operator.SummaryPrefix) {
 		t.Fatalf("search found %v, want the summary", res.GetResults())
+	}
+	// And vector search finds it by meaning, in other words.
+	res, err = st.Search(ctxT(t), &statev1.SearchRequest{Scope: scope.Session(sid), Query: "kitten named", Limit: 5, Mode: statev1.SearchMode_SEARCH_MODE_VECTOR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GetResults()) == 0 || !strings.HasPrefix(res.GetResults()[0].GetKey(), operator.SummaryPrefix) {
+		t.Fatalf("vector search found %v, want the summary first", res.GetResults())
 	}
 
 	out = execute(t, c, sessionInput(sid, "d2", "second question"))
