@@ -38,7 +38,7 @@ func TestAuth(t *testing.T) {
 	}
 	s := startStack(t, stackOptions{gateway: func(c *gateway.Config) {
 		c.Server.Dev, c.Server.Plaintext, c.Server.AuthPolicy = false, true, policy
-		c.Orchestrator.Dev = true
+		c.Orchestrator.Dev, c.State.Dev = true, true
 	}}, echoAgent("echo"))
 	ctx := ctxFor(t, 60*time.Second)
 
