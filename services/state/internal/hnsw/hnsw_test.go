@@ -60,7 +60,7 @@ const minRecall = 0.95
 // after inserts only and after deletes and overwrites.
 func TestRecall(t *testing.T) {
 	n, dims := 5000, 256
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 2000
 	}
 	data := vecsynth.New(1, dims, 50)
