@@ -93,6 +93,19 @@ func (h StateHistory) LoadSession(ctx context.Context, sessionID string, maxEntr
 	ctx, cancel := context.WithTimeout(ctx, HistoryWait)
 	defer cancel()
 	sc := scope.Session(sessionID)
+	// The summary is looked up while the entries are listed: no round
+	// trip added to the invocation's start.
+	type found struct {
+		text, suffix string
+		covers       map[string]bool
+		err          error
+	}
+	sumc := make(chan found, 1)
+	go func() {
+		var f found
+		f.text, f.suffix, f.covers, f.err = h.summary(ctx, sc)
+		sumc <- f
+	}()
 	var (
 		keys []string
 		vals []*structpb.Value
@@ -101,22 +114,23 @@ func (h StateHistory) LoadSession(ctx context.Context, sessionID string, maxEntr
 	)
 	if h.byRead == nil || !h.byRead.Load() {
 		keys, vals, ok, err = h.listValues(ctx, sc, maxEntries)
-		if err != nil {
-			return nil, historyErr(sessionID, err)
-		}
-		if !ok && h.byRead != nil {
+		if err == nil && !ok && h.byRead != nil {
 			h.byRead.Store(true)
 		}
 	}
-	if !ok {
-		if keys, vals, err = h.listThenRead(ctx, sc, maxEntries); err != nil {
-			return nil, historyErr(sessionID, err)
-		}
+	if err == nil && !ok {
+		keys, vals, err = h.listThenRead(ctx, sc, maxEntries)
 	}
-	sum, suffix, covers, err := h.summary(ctx, sc)
 	if err != nil {
+		cancel() // the summary's lookup stops too
+		<-sumc
 		return nil, historyErr(sessionID, err)
 	}
+	f := <-sumc
+	if f.err != nil {
+		return nil, historyErr(sessionID, f.err)
+	}
+	sum, suffix, covers := f.text, f.suffix, f.covers
 	s := &loadedSession{}
 	if sum != "" {
 		s.summaryKey = suffix
