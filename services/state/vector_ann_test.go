@@ -36,23 +36,25 @@ func annRecall(t testing.TB, x *vectorIndex, enc string, queries [][]float32, k 
 	return float64(found) / float64(total)
 }
 
-// TestVectorRecall: a scope past annMin is searched through its HNSW
+// TestVectorRecall: a scope past annMin (lowered to 1000, to keep the
+// test short under -race) is searched through its HNSW
 // graph, whose recall@10 against exact search on clustered vectors is at
 // least 0.95, also after deletes and overwrites; results carry current
 // revisions and never a deleted key or another scope's key; a scope that
 // shrinks goes back to exact search.
 func TestVectorRecall(t *testing.T) {
 	const dims, minRecall = 128, 0.95
-	n := 6000
+	n := 1500
 	data := vecsynth.New(7, dims, 40)
 	x := newVectorIndex()
+	x.annMin = 1000
 	for i := range n {
 		x.set("a", fmt.Sprintf("k%05d", i), uint64(i+1), data.Next())
 		x.set("b", fmt.Sprintf("k%05d", i), uint64(i+1), data.Next())
 	}
 	x.set("small", "only", 1, data.Next())
 	if g := x.scopes["a"].graphs[dims]; g == nil || g.Len() != n {
-		t.Fatalf("scope a (%d vectors, annMin %d) has no graph of them all", n, annMin)
+		t.Fatalf("scope a (%d vectors, annMin %d) has no graph of them all", n, x.annMin)
 	}
 	queries := data.Vectors(100)
 	if r := annRecall(t, x, "a", queries, 10); r < minRecall {
@@ -103,7 +105,7 @@ func TestVectorRecall(t *testing.T) {
 	}
 
 	// Shrink scope b below annMin/2: the graph goes, search is exact.
-	for i := range n - annMin/2 + 1 {
+	for i := range n - x.annMin/2 + 1 {
 		x.set("b", fmt.Sprintf("k%05d", i), 0, nil)
 	}
 	if x.scopes["b"].graphs[dims] != nil {
