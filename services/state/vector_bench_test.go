@@ -38,7 +38,7 @@ type annFixture struct {
 	build   time.Duration // wall
 	cpu     time.Duration // process CPU (user and system) of the build
 	bytes   float64       // heap the index adds per vector, beyond the vector
-	recall  float64 // recall@10 against exact search
+	recall  float64       // recall@10 against exact search
 }
 
 var (
