@@ -220,7 +220,30 @@ func slackSign(secret, ts string, body []byte) string {
 
 // postSlack posts body to the gateway's Events API URL, signed with
 // secret at time at; header adds or overrides headers ("" deletes).
+//
+// Like Slack, it delivers again (X-Slack-Retry-Num) a request answered
+// 503, which the gateway does when it could not queue the message in
+// time (on a loaded machine, the State service's lane write).
 func postSlack(t *testing.T, c *chatStack, secret string, at time.Time, body string, header map[string]string) (int, string) {
+	t.Helper()
+	for retry := 0; ; retry++ {
+		h := map[string]string{}
+		for k, v := range header {
+			h[k] = v
+		}
+		if retry > 0 {
+			h["X-Slack-Retry-Num"] = fmt.Sprint(retry)
+			h["X-Slack-Retry-Reason"] = "http_error"
+		}
+		code, resp := postSlackOnce(t, c, secret, at, body, h)
+		if code != http.StatusServiceUnavailable || retry == 5 {
+			return code, resp
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func postSlackOnce(t *testing.T, c *chatStack, secret string, at time.Time, body string, header map[string]string) (int, string) {
 	t.Helper()
 	ts := fmt.Sprint(at.Unix())
 	req, err := http.NewRequestWithContext(ctxFor(t, 30*time.Second), http.MethodPost, c.httpURL+"/channels/slack/events", strings.NewReader(body))
@@ -272,7 +295,19 @@ func directMessage(user, channel, ts, text string) map[string]any {
 
 // postTelegram posts an update to the gateway's webhook with secret
 // ("" sends no secret header).
+// Like Telegram, it delivers again an update answered 503.
 func postTelegram(t *testing.T, c *chatStack, secret string, update map[string]any) (int, string) {
+	t.Helper()
+	for retry := 0; ; retry++ {
+		code, resp := postTelegramOnce(t, c, secret, update)
+		if code != http.StatusServiceUnavailable || retry == 5 {
+			return code, resp
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func postTelegramOnce(t *testing.T, c *chatStack, secret string, update map[string]any) (int, string) {
 	t.Helper()
 	b, _ := json.Marshal(update)
 	req, err := http.NewRequestWithContext(ctxFor(t, 30*time.Second), http.MethodPost, c.httpURL+"/channels/telegram/webhook", bytes.NewReader(b))
