@@ -93,6 +93,9 @@ func (h *A2AHandler) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams
 	if err != nil {
 		return nil, a2aError(err)
 	}
+	if err := h.pushOnSend(ctx, acc.ID, p.Config); err != nil {
+		return nil, err
+	}
 	if !blocking {
 		return h.getTask(ctx, acc.ID)
 	}
@@ -192,6 +195,10 @@ func (h *A2AHandler) OnSendMessageStream(ctx context.Context, p *a2a.MessageSend
 		acc, err := h.submit(ctx, p.Message)
 		if err != nil {
 			yield(nil, a2aError(err))
+			return
+		}
+		if err := h.pushOnSend(ctx, acc.ID, p.Config); err != nil {
+			yield(nil, err)
 			return
 		}
 		msg := *p.Message
@@ -309,28 +316,6 @@ func (h *A2AHandler) OnResubscribeToTask(ctx context.Context, p *a2a.TaskIDParam
 		}
 		h.stream(ctx, string(p.ID), 0, yield)
 	}
-}
-
-// Push notifications are not served yet.
-
-// OnGetTaskPushConfig is not supported.
-func (h *A2AHandler) OnGetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigParams) (*a2a.TaskPushConfig, error) {
-	return nil, a2a.ErrPushNotificationNotSupported
-}
-
-// OnListTaskPushConfig is not supported.
-func (h *A2AHandler) OnListTaskPushConfig(context.Context, *a2a.ListTaskPushConfigParams) ([]*a2a.TaskPushConfig, error) {
-	return nil, a2a.ErrPushNotificationNotSupported
-}
-
-// OnSetTaskPushConfig is not supported.
-func (h *A2AHandler) OnSetTaskPushConfig(context.Context, *a2a.TaskPushConfig) (*a2a.TaskPushConfig, error) {
-	return nil, a2a.ErrPushNotificationNotSupported
-}
-
-// OnDeleteTaskPushConfig is not supported.
-func (h *A2AHandler) OnDeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigParams) error {
-	return a2a.ErrPushNotificationNotSupported
 }
 
 // OnGetExtendedAgentCard is not supported: the public card is the whole.

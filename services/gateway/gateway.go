@@ -65,6 +65,9 @@ type Gateway struct {
 	// sched, when set, keeps cron schedules in the State service
 	// (schedule.go).
 	sched *Scheduler
+	// push, when set, keeps A2A push-notification configs in the State
+	// service and delivers them (push.go).
+	push *pusher
 }
 
 type queuedMessage struct {

@@ -45,6 +45,13 @@ func (c *fakeClock) Set(t time.Time) {
 // away) and returns once it has.
 func runGateway(t *testing.T, s *stack, clock *fakeClock) (httpURL string, stop func()) {
 	t.Helper()
+	httpURL, _, stop = runGatewayAt(t, s, clock)
+	return httpURL, stop
+}
+
+// runGatewayAt is runGateway, returning the gRPC address too.
+func runGatewayAt(t *testing.T, s *stack, clock *fakeClock) (httpURL, grpcAddr string, stop func()) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +93,7 @@ func runGateway(t *testing.T, s *stack, clock *fakeClock) (httpURL string, stop 
 		})
 	}
 	t.Cleanup(stop)
-	return "http://" + hlis.Addr().String(), stop
+	return "http://" + hlis.Addr().String(), lis.Addr().String(), stop
 }
 
 // postJSON posts body to url and decodes the answer into out.

@@ -185,6 +185,8 @@ func Run(ctx context.Context, cfg Config) error {
 			g.sched.now = time.Now
 		}
 		go g.sched.run(runCtx, cfg.ScheduleCheck)
+		g.push = newPusher(g, newKV(state))
+		go g.push.resume(runCtx)
 	}
 	// The A2A gRPC transport, behind the server's auth like any service.
 	a2apb.RegisterA2AServiceServer(srv, a2agrpc.NewHandler(&A2AHandler{G: g, DefaultAgent: cfg.DefaultAgent}))
@@ -260,7 +262,9 @@ func (h *httpServer) card(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, AgentCard(info, h.public+"/a2a/"+name, h.grpcAddr, h.policy != nil))
+	card := AgentCard(info, h.public+"/a2a/"+name, h.grpcAddr, h.policy != nil)
+	card.Capabilities.PushNotifications = h.g.push != nil
+	writeJSON(w, card)
 }
 
 // listCards serves every agent's card.
@@ -272,7 +276,9 @@ func (h *httpServer) listCards(w http.ResponseWriter, r *http.Request) {
 	}
 	cards := make([]any, 0, len(list))
 	for _, a := range list {
-		cards = append(cards, AgentCard(a, h.public+"/a2a/"+a.Name, h.grpcAddr, h.policy != nil))
+		card := AgentCard(a, h.public+"/a2a/"+a.Name, h.grpcAddr, h.policy != nil)
+		card.Capabilities.PushNotifications = h.g.push != nil
+		cards = append(cards, card)
 	}
 	writeJSON(w, map[string]any{"agents": cards})
 }
@@ -284,7 +290,7 @@ func (h *httpServer) a2a(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	a2asrv.NewJSONRPCHandler(&A2AHandler{G: h.g, Agent: name}).ServeHTTP(w, r)
+	jsonrpcDeleteFix(a2asrv.NewJSONRPCHandler(&A2AHandler{G: h.g, Agent: name})).ServeHTTP(w, r)
 }
 
 // authed lets a request through when its bearer token names a principal
