@@ -39,4 +39,9 @@ if [ "${NEURON_SKIP_TEMPORAL_BUILD:-}" = 1 ]; then
 else
   bash scripts/temporal.sh >/dev/null || echo "test-deps: the Temporal CLI could not be built; the tests that need its dev server will skip"
 fi
+if [ "${NEURON_SKIP_JAEGER_BUILD:-}" = 1 ]; then
+  echo "test-deps: NEURON_SKIP_JAEGER_BUILD=1: not building Jaeger; the test that needs a real trace collector will skip"
+else
+  bash scripts/jaeger.sh >/dev/null || echo "test-deps: Jaeger could not be built; the test that needs a real trace collector will skip"
+fi
 exit 0
