@@ -541,6 +541,20 @@ func Reexport(spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
+// processResource is the resource Setup gave the process's spans.
+var processResource atomic.Pointer[resource.Resource]
+
+// EmitSpan exports a span this process did not record live, such as one
+// whose ids were chosen long before it ended (a workflow's, which may
+// outlive the process that started it): s with the process's resource
+// when it has none. Like Reexport, it never blocks.
+func EmitSpan(s tracetest.SpanStub) {
+	if s.Resource == nil {
+		s.Resource = processResource.Load()
+	}
+	Reexport([]sdktrace.ReadOnlySpan{s.Snapshot()})
+}
+
 // SetReexporter makes Reexport send spans to p (nil: nowhere) and
 // returns a function restoring the one before. For tests.
 func SetReexporter(p sdktrace.SpanProcessor) (restore func()) {

@@ -214,6 +214,7 @@ func Setup(ctx context.Context, cfg Config, service string, log *slog.Logger) (*
 		otel.SetTracerProvider(t.tp)
 		// The spans sandboxed operators hand back go out the same way.
 		SetReexporter(bsp)
+		processResource.Store(res)
 		mx, err := metricExporter(ctx, proto, ep, haveEP, timeout)
 		if err != nil {
 			return nil, err

@@ -10,13 +10,19 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	sdkinstrumentation "go.opentelemetry.io/otel/sdk/instrumentation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	lifecyclev1 "github.com/secbear/neuron/gen/layer0/lifecycle/v1"
 	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
+	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/lifecycle"
+	"github.com/secbear/neuron/pkg/telemetry"
 )
 
 // Traces and metrics of workflows. A workflow's trace is the one of the
@@ -31,6 +37,9 @@ import (
 // are counted from the lifecycle bus (ObserveWorkflows).
 
 const instrumentation = "github.com/secbear/neuron/services/orchestrator"
+
+// instrumentationName is instrumentation, for a scope built by hand.
+const instrumentationName = instrumentation
 
 // Span attribute keys.
 const (
@@ -232,4 +241,78 @@ func observe(ctx context.Context, ev *lifecyclev1.LifecycleEvent, waiting map[st
 			orchMeters.waiting.Add(ctx, 1)
 		}
 	}
+}
+
+// Workflow spans. A workflow's "workflow {agent}" span covers it from
+// start to end, its steps' dispatch spans under it. A workflow may
+// outlive the process that started it (a restart resumes it from the
+// journal), so the span is not recorded live: WorkflowTrace chooses its
+// ids when the workflow starts, the engine journals them as the
+// workflow's trace context (every step, replayed or not, runs under it),
+// and EndWorkflowSpan reports the span once, when the workflow ends,
+// with those ids and its start time. A resumed workflow therefore has
+// one workflow span, never a second root for its replayed steps.
+
+// parentSpanKey is the trace-context entry that keeps the workflow
+// span's own parent (the span of the call that started it).
+const parentSpanKey = "neuron-workflow-parent"
+
+// WorkflowTrace is the trace context a new workflow journals: ctx's
+// trace, with a fresh span id for the workflow's span, whose parent is
+// ctx's span. When ctx's span is not sampled, it is ctx's trace context
+// as it is (no workflow span).
+func WorkflowTrace(ctx context.Context) map[string]string {
+	tc := map[string]string{}
+	parent := trace.SpanContextFromContext(ctx)
+	if !parent.IsSampled() {
+		propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(tc))
+		return tc
+	}
+	_, s := idTracer.Start(ctx, "")
+	wf := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: parent.TraceID(), SpanID: s.SpanContext().SpanID(),
+		TraceFlags: parent.TraceFlags(), TraceState: parent.TraceState(),
+	})
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, wf), propagation.MapCarrier(tc))
+	tc[parentSpanKey] = parent.SpanID().String()
+	return tc
+}
+
+// idTracer only makes span ids.
+var idTracer = sdktrace.NewTracerProvider().Tracer("")
+
+// EndWorkflowSpan reports the span of a workflow that ended: the one
+// WorkflowTrace chose for it (tc is its journaled trace context), from
+// created to ended, with its status. A trace context WorkflowTrace did
+// not make reports nothing.
+func EndWorkflowSpan(tc map[string]string, id, agent string, status orchestratorv1.WorkflowStatus, created, ended time.Time) {
+	parent, err := trace.SpanIDFromHex(tc[parentSpanKey])
+	if err != nil {
+		return
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(tc)))
+	if !sc.IsValid() || !sc.IsSampled() {
+		return
+	}
+	st := strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_STATUS_"))
+	stub := tracetest.SpanStub{
+		Name:        "workflow " + agent,
+		SpanContext: sc.WithRemote(false),
+		Parent: trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: sc.TraceID(), SpanID: parent, TraceFlags: sc.TraceFlags(), Remote: true,
+		}),
+		SpanKind:  trace.SpanKindInternal,
+		StartTime: created,
+		EndTime:   ended,
+		Attributes: []attribute.KeyValue{
+			attribute.String(attrWorkflow, id),
+			attribute.String(attrAgent, agent),
+			attribute.String(attrStatus, st),
+		},
+		InstrumentationScope: sdkinstrumentation.Scope{Name: instrumentationName},
+	}
+	if status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED {
+		stub.Status = sdktrace.Status{Code: codes.Error, Description: "workflow " + st}
+	}
+	telemetry.EmitSpan(stub)
 }

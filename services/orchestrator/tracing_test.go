@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/content"
 	"github.com/secbear/neuron/pkg/money"
+	"github.com/secbear/neuron/pkg/telemetry"
 	"github.com/secbear/neuron/services/orchestrator"
 	"github.com/secbear/neuron/services/orchestrator/journal"
 )
@@ -53,7 +55,8 @@ func TestTracerSpansAndReplay(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	prev := otel.GetTracerProvider()
 	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	restore := telemetry.SetReexporter(rec) // the workflow span
+	t.Cleanup(func() { restore(); otel.SetTracerProvider(prev) })
 
 	reg, err := orchestrator.ParseRegistry([]byte("agents:\n  - {id: a, operator: 127.0.0.1:1}\n  - {id: b, operator: 127.0.0.1:1}\n"))
 	if err != nil {
@@ -88,9 +91,12 @@ func TestTracerSpansAndReplay(t *testing.T) {
 	_ = tp.ForceFlush(context.Background())
 
 	count := map[string]int{}
-	var dispatchA sdktrace.ReadOnlySpan
+	var dispatchA, workflow sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		count[s.Name()]++
+		if s.Name() == "workflow a" {
+			workflow = s
+		}
 		if s.Name() != "StartWorkflow" && s.SpanContext().TraceID() != root.SpanContext().TraceID() {
 			t.Errorf("%s is in trace %s, not the workflow's %s", s.Name(), s.SpanContext().TraceID(), root.SpanContext().TraceID())
 		}
@@ -98,11 +104,21 @@ func TestTracerSpansAndReplay(t *testing.T) {
 			dispatchA = s
 		}
 	}
-	if count["dispatch a"] != 1 || count["dispatch b"] != 2 || count["effect handoff"] != 1 {
-		t.Fatalf("spans %v: want dispatch a once (replayed, not executed again), dispatch b twice (cut, then run again), one handoff effect", count)
+	if count["dispatch a"] != 1 || count["dispatch b"] != 2 || count["effect handoff"] != 1 || count["workflow a"] != 1 {
+		t.Fatalf("spans %v: want dispatch a once (replayed, not executed again), dispatch b twice (cut, then run again), one handoff effect, one workflow span across the restart", count)
 	}
-	if dispatchA.Parent().SpanID() != root.SpanContext().SpanID() {
-		t.Errorf("dispatch a's parent is %s, want the starting call's span", dispatchA.Parent().SpanID())
+	// One workflow span, from start to end across the restart, under the
+	// starting call; every step under it, before and after the restart.
+	if workflow.Parent().SpanID() != root.SpanContext().SpanID() {
+		t.Errorf("the workflow span's parent is %s, want the starting call's span", workflow.Parent().SpanID())
+	}
+	if !workflow.StartTime().Before(dispatchA.StartTime()) || workflow.EndTime().Before(dispatchA.EndTime()) {
+		t.Errorf("the workflow span (%v..%v) does not cover its first step (%v..%v)", workflow.StartTime(), workflow.EndTime(), dispatchA.StartTime(), dispatchA.EndTime())
+	}
+	for _, s := range rec.Ended() {
+		if strings.HasPrefix(s.Name(), "dispatch ") && s.Parent().SpanID() != workflow.SpanContext().SpanID() {
+			t.Errorf("%s's parent is %s, want the workflow span %s", s.Name(), s.Parent().SpanID(), workflow.SpanContext().SpanID())
+		}
 	}
 	for _, s := range rec.Ended() {
 		if s.Name() == "effect handoff" && s.Parent().SpanID() != dispatchA.SpanContext().SpanID() {

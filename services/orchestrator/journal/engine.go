@@ -155,8 +155,9 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 	if err != nil {
 		return "", false, err
 	}
-	trace := map[string]string{}
-	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(trace))
+	// The workflow's span ids, journaled: its steps run under it, across
+	// restarts (orchestrator.EndWorkflowSpan reports it at the end).
+	trace := orchestrator.WorkflowTrace(ctx)
 	spec, err := orchestrator.NewSpec(req, agent, e.opts, trace)
 	if err != nil {
 		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)
@@ -438,6 +439,9 @@ func (e *Engine) start(rec *record, c *creation, d *deferral) {
 				e.nwaits.Add(-1)
 			}
 			e.mu.Unlock()
+			if end, err := e.j.Get(rec.ID); err == nil && end.terminal() {
+				orchestrator.EndWorkflowSpan(end.Trace, end.ID, end.RootAgent, end.Status, end.Created, end.Updated)
+			}
 			return
 		}
 	})
@@ -773,6 +777,9 @@ func (e *Engine) viewOf(r *record) (*orchestrator.Workflow, error) {
 		ID: r.ID, Status: r.Status, RootAgent: r.RootAgent, CurrentAgent: r.CurrentAgent, Steps: r.Steps,
 		Spent: r.Spent, Budget: r.Budget, Created: r.Created, Updated: r.Updated, Pending: r.Pending,
 		MaxSteps: r.MaxSteps,
+	}
+	if r.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED {
+		wf.Asking = r.Asking
 	}
 	if r.Limit.Valid {
 		wf.Budget = r.Limit
