@@ -24,5 +24,13 @@
 // (TestDeadCollectorBlocksNothing). grpcserver's Serve flushes what is
 // queued when it returns, bounded by DefaultShutdownTimeout.
 //
+// A sandboxed one-shot operator has no network: it records its spans in
+// a Recorder and writes them on one stderr line (SpansPrefix), which the
+// environment service cuts out (CutSpans), checks as untrusted input
+// (SandboxSpans: bounded, only the run's trace, fresh span ids, unknown
+// parents and cycles put under the run, strings scrubbed) and exports
+// through Setup's queue (Reexport). EmitSpan exports a span whose ids were
+// chosen before it ended (the orchestrator's workflow span).
+//
 // Package telemetrytest is an in-process OTLP receiver for tests.
 package telemetry
