@@ -85,8 +85,8 @@ func DecisionsOf(p *typesv1.SignalPayload) ([]*operatorv1.ToolDecision, error) {
 
 // pendingOf lists the tool calls a workflow waits on.
 func (s *Server) pendingOf(wf *Workflow) []*orchestratorv1.PendingApproval {
-	if wf.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED {
-		return nil
+	if wf.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED || wf.Asking != "" {
+		return nil // waiting for a raise: its tool calls were decided
 	}
 	calls := wf.LastOutput.GetExitReason().GetSuspension().GetToolCalls()
 	if len(calls) == 0 {

@@ -67,7 +67,11 @@ type Workflow struct {
 	Budget       decimal.NullDecimal
 	// MaxSteps is its limit of operator calls; 0 when the engine does not
 	// say.
-	MaxSteps   uint64
+	MaxSteps uint64
+	// Asking is the limit a SUSPENDED workflow waits to have raised
+	// (LimitBudget, LimitMaxSteps); empty when it waits for something
+	// else (tool decisions, a signal).
+	Asking     string
 	LastOutput *operatorv1.OperatorOutput
 	Failure    *Failure
 	Created    time.Time

@@ -26,8 +26,9 @@ import (
 // With --on-limit=ask (Spec.AskLimits), a workflow that reaches a limit
 // does not fail: before its next operator call it suspends with a limit
 // request (Workflow.limit_request) until a change arrives. A raise
-// resumes it; a refusal, or a signal of another kind arriving first,
-// ends it as reaching the limit would have.
+// resumes it; a refusal ends it as reaching the limit would have. Signals
+// of other kinds (a tool decision, a message) do not end the wait: they
+// are delivered with the call the raise lets through.
 
 // LimitsSignal is the signal type of an UpdateWorkflowLimits change.
 const LimitsSignal = "limits"
@@ -122,6 +123,10 @@ func isLimits(p *typesv1.SignalPayload) bool { return p.GetSignalType() == Limit
 // that awaits (Host.Await) go on: any but a limits change.
 func Wakes(payload []byte) bool { return SignalType(payload) != LimitsSignal }
 
+// Raises says whether a signal lets a workflow that waits for a raise
+// (Host.AwaitRaise) go on: a limits change only.
+func Raises(payload []byte) bool { return SignalType(payload) == LimitsSignal }
+
 // ApplyLimits applies the limits changes among the signals delivered with
 // c to c (its Budget, Remaining and MaxSteps) and returns them (nil:
 // none). It fails the call, before its operator is called, when c is
@@ -204,21 +209,16 @@ func (s *Server) UpdateWorkflowLimits(ctx context.Context, req *orchestratorv1.U
 // although its last operator call asked for nothing (tool approvals
 // suspend an operator, a limit suspends the workflow between calls).
 func limitRequestOf(wf *Workflow) *orchestratorv1.LimitRequest {
-	if wf.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED || wf.LastOutput == nil ||
-		wf.LastOutput.GetExitReason().GetSuspension() != nil || wf.MaxSteps == 0 {
+	if wf.Status != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED || wf.Asking == "" {
 		return nil
 	}
 	r := &orchestratorv1.LimitRequest{Spent: money.FromDecimal(wf.Spent), Steps: uint64(wf.Steps), MaxSteps: wf.MaxSteps, AgentId: wf.CurrentAgent}
 	if wf.Budget.Valid {
 		r.Budget = money.FromDecimal(wf.Budget.Decimal)
 	}
-	switch {
-	case wf.Budget.Valid && wf.Spent.GreaterThanOrEqual(wf.Budget.Decimal):
+	r.Kind = orchestratorv1.LimitKind_LIMIT_KIND_MAX_STEPS
+	if wf.Asking == LimitBudget {
 		r.Kind = orchestratorv1.LimitKind_LIMIT_KIND_BUDGET
-	case uint64(wf.Steps) >= wf.MaxSteps:
-		r.Kind = orchestratorv1.LimitKind_LIMIT_KIND_MAX_STEPS
-	default:
-		return nil
 	}
 	return r
 }

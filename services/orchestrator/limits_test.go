@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -272,18 +273,65 @@ func TestLimitWaitSurvivesRestart(t *testing.T) {
 	if wf.GetLimitRequest().GetKind() != orchestratorv1.LimitKind_LIMIT_KIND_BUDGET {
 		t.Fatalf("after a restart the limit request is %v", wf.GetLimitRequest())
 	}
-	// A signal of another kind does not get past the limit: the workflow
-	// fails as the spent budget would have failed it.
+	// A signal of another kind does not get past the limit, and does not
+	// end the wait: it is delivered with the call a raise lets through.
 	data, _ := structpb.NewValue("hello")
 	_, err := o.client.Signal(ctxT(t), &orchestratorv1.SignalRequest{WorkflowId: id, Signal: &typesv1.SignalPayload{SignalType: "message", Data: data}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wf = waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED)
-	if fl := wf.GetFailure(); codes.Code(fl.GetCode()) != codes.ResourceExhausted || !strings.Contains(fl.GetMessage(), "no raise arrived") {
-		t.Fatalf("failure = %v", fl)
+	raise := usd("1")
+	raise.WorkflowId = id
+	must[*orchestratorv1.UpdateWorkflowLimitsResponse](t)(limits(o, raise))
+	wf = waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	ins := f.inputs("boss")
+	if len(f.inputs("")) != 3 || len(ins) != 2 {
+		t.Fatalf("operator calls = %d (boss %d), want 3 (boss 2)", len(f.inputs("")), len(ins))
 	}
-	if n := len(f.inputs("")); n != 2 {
-		t.Fatalf("operator calls = %d, want 2", n)
+	if got := content.TextOf(ins[1].GetMessage()); !strings.Contains(got, "[signal message #") || !strings.Contains(got, "hello") {
+		t.Fatalf("the call after the raise got %q, want the message signal", got)
+	}
+}
+
+func TestApprovalAtLimit(t *testing.T) { backends(t, testApprovalAtLimit) }
+
+// testApprovalAtLimit: a workflow that suspended for tool approvals on
+// its last allowed operator call takes the decision, then waits for a
+// raise (the decision is not taken for "another signal"); the raise lets
+// the resumed call through with the decision.
+func testApprovalAtLimit(t *testing.T, start starter) {
+	stateAddr, _, _ := startState(t)
+	f, opAddr := startStreamingFake(t, map[string]streamBehaviour{
+		"careful": func(_ context.Context, in *operatorv1.OperatorInput, _ func(*operatorv1.ExecuteStreamResponse)) (*operatorv1.OperatorOutput, error) {
+			return approvalAgent(in)
+		},
+	})
+	o := start(t, registryYAML(t, agentsAt(opAddr, "careful")...), stateAddr, orchOptions{engine: orchestrator.Options{AskLimits: true, MaxSteps: 1}})
+	ctx := ctxT(t)
+	id := must[*orchestratorv1.StartWorkflowResponse](t)(o.client.StartWorkflow(ctx, &orchestratorv1.StartWorkflowRequest{
+		AgentId: "careful", Input: &operatorv1.OperatorInput{Message: content.Text("tidy up")}})).GetWorkflowId()
+	if wf := waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED); len(wf.GetPendingApprovals()) != 2 {
+		t.Fatalf("pending approvals = %v, want 2", wf.GetPendingApprovals())
+	}
+	must[*orchestratorv1.DecideApprovalsResponse](t)(o.client.DecideApprovals(ctx, &orchestratorv1.DecideApprovalsRequest{WorkflowId: id, Decisions: []*operatorv1.ToolDecision{
+		{ToolUseId: "call-1", Approved: true, DecidedBy: "alice"}, {ToolUseId: "call-2", Reason: "no", DecidedBy: "alice"}}}))
+	var wf *orchestratorv1.Workflow
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		wf = must[*orchestratorv1.GetWorkflowResponse](t)(o.client.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: id})).GetWorkflow()
+		if wf.GetLimitRequest() != nil || wf.GetStatus() == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED || time.Now().After(deadline) {
+			break
+		}
+	}
+	if lr := wf.GetLimitRequest(); wf.GetStatus() != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED ||
+		lr.GetKind() != orchestratorv1.LimitKind_LIMIT_KIND_MAX_STEPS || lr.GetSteps() != 1 || lr.GetMaxSteps() != 1 {
+		t.Fatalf("after the decision: %v, want SUSPENDED waiting for a raise of its 1 operator call", wf)
+	}
+	if n := len(f.inputs("careful")); n != 1 {
+		t.Fatalf("operator calls before the raise = %d, want 1", n)
+	}
+	must[*orchestratorv1.UpdateWorkflowLimitsResponse](t)(limits(o, &orchestratorv1.UpdateWorkflowLimitsRequest{WorkflowId: id, MaxSteps: 2}))
+	wf = waitStatus(t, o, id, orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED)
+	if got := content.TextOf(wf.GetLastOutput().GetMessage()); got != "decided call-1:true:-:alice call-2:false:-:alice" {
+		t.Fatalf("the resumed call answered %q, want both decisions", got)
 	}
 }

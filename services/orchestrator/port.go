@@ -69,9 +69,12 @@ type Host interface {
 	// waits for the next call there is.
 	Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (more bool, err error)
 	// AwaitRaise is Await for a workflow that reached a limit before an
-	// operator call (suspended): any signal, a limits change included,
-	// lets it go on to that call, which applies the change.
-	AwaitRaise(ending *lifecyclev1.LifecycleEvent) (more bool, err error)
+	// operator call (suspended): only a limits change lets it go on to
+	// that call, which applies the change. Other signals, such as the
+	// tool decision that resumed it, stay pending for that call.
+	// asking is the limit reached (LimitBudget, LimitMaxSteps), which
+	// the workflow's view reports while it waits (Workflow.Asking).
+	AwaitRaise(asking string, ending *lifecyclev1.LifecycleEvent) (more bool, err error)
 	// Stopped says whether err ended the workflow because it was stopped
 	// from outside (cancelled, or paused for a shutdown) rather than
 	// failed; nil when it was not.

@@ -286,7 +286,7 @@ func (w *workflow) step(f frame, plan Plan) (out *StepResult, id string, halt er
 func (w *workflow) wait(f frame) error {
 	data := object(num("steps", w.steps), str("spent", w.spent.String()), str("exit", "LIMIT_REACHED"))
 	data.GetStructValue().Fields["limit_request"] = w.limitRequest(w.asking, f.agent)
-	more, err := w.h.AwaitRaise(w.observable(f.agent, "orchestrator.workflow.suspended", data))
+	more, err := w.h.AwaitRaise(w.asking, w.observable(f.agent, "orchestrator.workflow.suspended", data))
 	if err != nil {
 		return err
 	}

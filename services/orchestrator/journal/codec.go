@@ -243,6 +243,7 @@ const (
 	recAskLimits
 	recLimit
 	recLimitSteps
+	recAsking
 )
 
 func (r *record) marshal() []byte {
@@ -280,6 +281,7 @@ func (r *record) marshal() []byte {
 		e.msg(recLimit, []byte(r.Limit.Decimal.String()))
 	}
 	e.uint(recLimitSteps, r.LimitSteps)
+	e.str(recAsking, r.Asking)
 	return e.b
 }
 
@@ -346,6 +348,8 @@ func (r *record) unmarshal(raw []byte) error {
 			r.Limit = decimal.NewNullDecimal(d.decimal())
 		case recLimitSteps:
 			r.LimitSteps = d.uint()
+		case recAsking:
+			r.Asking = d.str()
 		default:
 			d.skip()
 		}

@@ -645,18 +645,19 @@ func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, 
 	if suspended {
 		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED
 	}
-	return h.await(status, ending, orchestrator.Wakes)
+	return h.await(status, "", ending, orchestrator.Wakes)
 }
 
-// AwaitRaise implements orchestrator.Host: Await, suspended, that any
-// signal ends.
-func (h *host) AwaitRaise(ending *lifecyclev1.LifecycleEvent) (bool, error) {
-	return h.await(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED, ending, nil)
+// AwaitRaise implements orchestrator.Host: Await, suspended, that only a
+// limits change ends.
+func (h *host) AwaitRaise(asking string, ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	return h.await(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED, asking, ending, orchestrator.Raises)
 }
 
-// await ends the workflow in status unless the next step is journaled or
-// a pending signal wakes it (nil wakes: any).
-func (h *host) await(status orchestratorv1.WorkflowStatus, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
+// await ends the workflow in status, waiting for a raise of asking (""
+// for none), unless the next step is journaled or a pending signal wakes
+// it (nil wakes: any).
+func (h *host) await(status orchestratorv1.WorkflowStatus, asking string, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
 	isNew := h.next()
 	var raw []byte
 	if isNew {
@@ -666,7 +667,7 @@ func (h *host) await(status orchestratorv1.WorkflowStatus, ending *lifecyclev1.L
 		more, ended bool
 		pos         uint64
 	)
-	if err := h.commit(endUnlessMore(h.n+1, status, h.withEnding(raw, isNew, &pos), wakes, &more, &ended)); err != nil {
+	if err := h.commit(endUnlessMore(h.n+1, status, asking, h.withEnding(raw, isNew, &pos), wakes, &more, &ended)); err != nil {
 		return false, err
 	}
 	if ended {

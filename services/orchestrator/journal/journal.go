@@ -155,6 +155,9 @@ type record struct {
 	RootRevision uint64 `json:"root_revision,omitempty"`
 	// AskLimits: it waits for a raise at a limit (Spec.AskLimits).
 	AskLimits bool `json:"ask_limits,omitempty"`
+	// Asking is the limit it waits to have raised while SUSPENDED (empty:
+	// it waits for something else).
+	Asking string `json:"asking,omitempty"`
 	// Limit and LimitSteps are its budget and limit of operator calls as
 	// UpdateWorkflowLimits last changed them (Budget and MaxSteps stay
 	// what it started with: a run from the top starts there again).
@@ -1061,7 +1064,7 @@ func anyWakes(b *bolt.Bucket, wakes func([]byte) bool) (bool, error) {
 // sets *more. Signal writes in the same commit order, so a signal
 // accepted before this commits is never stranded. A workflow that has
 // ended meanwhile (a CancelWorkflow) sets *ended and is left as it is.
-func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op, wakes func([]byte) bool, more, ended *bool) op {
+func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, asking string, ending op, wakes func([]byte) bool, more, ended *bool) op {
 	return func(w *wtx) error {
 		*more, *ended = false, false
 		r, err := w.record()
@@ -1089,7 +1092,7 @@ func endUnlessMore(next uint64, status orchestratorv1.WorkflowStatus, ending op,
 		if err := ending(w); err != nil {
 			return err
 		}
-		r.Status = status
+		r.Status, r.Asking = status, asking
 		w.dirty = true
 		return nil
 	}

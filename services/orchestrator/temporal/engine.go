@@ -389,6 +389,9 @@ func (e *Engine) result(ctx context.Context, id string) (*twResult, error) {
 func (e *Engine) workflowOf(ctx context.Context, id string, res *twResult, effects bool) (*orchestrator.Workflow, error) {
 	wf := &orchestrator.Workflow{ID: id, Status: statusOf(res.Status), RootAgent: res.RootAgent, CurrentAgent: res.CurrentAgent,
 		Steps: res.Steps, Budget: budgetOf(res.Budget), Failure: res.Failure.port(), Pending: res.Pending, MaxSteps: res.MaxSteps}
+	if wf.Status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED {
+		wf.Asking = res.Asking
+	}
 	wf.Spent, _ = decimal.NewFromString(res.Spent)
 	if res.LastStep != 0 {
 		out, err := mustOutput(ctx, e.deps.State, id, res.LastStep)

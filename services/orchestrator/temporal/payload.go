@@ -181,6 +181,7 @@ type twResult struct {
 	Spent        string                   `json:"spent"`
 	Budget       string                   `json:"budget,omitempty"`
 	MaxSteps     uint64                   `json:"max_steps,omitempty"`
+	Asking       string                   `json:"asking,omitempty"`
 	LastStep     uint64                   `json:"last_step,omitempty"`
 	Failure      *failure                 `json:"failure,omitempty"`
 	StepList     []*twStep                `json:"step_list,omitempty"`

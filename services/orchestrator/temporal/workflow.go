@@ -514,13 +514,13 @@ func (h *host) Decide(s orchestrator.BudgetState) (*lifecyclev1.BudgetDecision, 
 // Await implements orchestrator.Host. A suspended workflow waits here,
 // in Temporal, for its next signal.
 func (h *host) Await(suspended bool, ending *lifecyclev1.LifecycleEvent) (bool, error) {
-	return h.await(suspended, ending, orchestrator.Wakes)
+	return h.await(suspended, "", ending, orchestrator.Wakes)
 }
 
-// AwaitRaise implements orchestrator.Host: Await, suspended, that any
-// signal ends.
-func (h *host) AwaitRaise(ending *lifecyclev1.LifecycleEvent) (bool, error) {
-	return h.await(true, ending, nil)
+// AwaitRaise implements orchestrator.Host: Await, suspended, that only a
+// limits change ends.
+func (h *host) AwaitRaise(asking string, ending *lifecyclev1.LifecycleEvent) (bool, error) {
+	return h.await(true, asking, ending, orchestrator.Raises)
 }
 
 // waking says whether a pending signal wakes the workflow (nil wakes: any
@@ -537,9 +537,10 @@ func (h *host) waking(wakes func([]byte) bool) bool {
 	return false
 }
 
-// await ends the workflow COMPLETED, or suspends it until a signal that
-// wakes it arrives, unless one is pending.
-func (h *host) await(suspended bool, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
+// await ends the workflow COMPLETED, or suspends it (waiting for a raise
+// of asking, "" for none) until a signal that wakes it arrives, unless
+// one is pending.
+func (h *host) await(suspended bool, asking string, ending *lifecyclev1.LifecycleEvent, wakes func([]byte) bool) (bool, error) {
 	h.drain()
 	if h.waking(wakes) {
 		return true, nil
@@ -550,13 +551,13 @@ func (h *host) await(suspended bool, ending *lifecyclev1.LifecycleEvent, wakes f
 		h.Publish(ending)
 		return false, nil
 	}
-	h.res.Status = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED)
+	h.res.Status, h.res.Asking = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_SUSPENDED), asking
 	h.memo()
 	h.Publish(ending)
 	if err := workflow.Await(h.ctx, func() bool { return h.waking(wakes) }); err != nil {
 		return false, err
 	}
-	h.res.Status = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING)
+	h.res.Status, h.res.Asking = statusName(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING), ""
 	h.memo()
 	return true, nil
 }
