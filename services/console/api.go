@@ -250,6 +250,29 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, sess *session) {
 	writeProto(w, resp)
 }
 
+// updateLimits is POST /api/workflows/{id}/limits with the body of an
+// UpdateWorkflowLimitsRequest ({"budget": {"amount": "2"}, "maxSteps",
+// "reject", "reason", "idempotencyKey"}); the path names the workflow.
+func (s *Server) updateLimits(w http.ResponseWriter, r *http.Request, sess *session) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		badRequest(w, "the request body: %v", err)
+		return
+	}
+	req := &orchestratorv1.UpdateWorkflowLimitsRequest{}
+	if err := protojson.Unmarshal(b, req); err != nil {
+		badRequest(w, "the change is not an UpdateWorkflowLimitsRequest: %v", err)
+		return
+	}
+	req.WorkflowId = r.PathValue("id")
+	resp, err := s.orch.UpdateWorkflowLimits(r.Context(), req, s.callOpts(sess)...)
+	if err != nil {
+		fail(w, sess, "UpdateWorkflowLimits", err)
+		return
+	}
+	writeProto(w, resp)
+}
+
 // listApprovals is GET /api/approvals?workflow=&page_token=.
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()

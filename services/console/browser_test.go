@@ -136,7 +136,10 @@ func TestBrowser(t *testing.T) {
 	up := exec.Command(filepath.Join(bin, "neuron"), "up", "--data-dir", t.TempDir(), "--isolation", "none",
 		"--orchestrator-addr", addrs[0], "--operator-addr", addrs[1], "--state-addr", addrs[2], "--environment-addr", addrs[3],
 		"--console-addr", "127.0.0.1:0")
-	up.Env = cleanEnv()
+	// Every workflow may make one operator call and then asks for more
+	// (the limit form of the workflow page): an approved call's resumed
+	// call is the second.
+	up.Env = append(cleanEnv(), "NEURON_ORCHESTRATOR_MAX_STEPS=1", "NEURON_ORCHESTRATOR_ON_LIMIT=ask")
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

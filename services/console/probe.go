@@ -53,6 +53,10 @@ var probes = map[string]probe{
 		_, err := s.orch.DecideApprovals(ctx, &orchestratorv1.DecideApprovalsRequest{}, o...)
 		return err
 	},
+	"UpdateWorkflowLimits": func(ctx context.Context, s *Server, o []grpc.CallOption) error {
+		_, err := s.orch.UpdateWorkflowLimits(ctx, &orchestratorv1.UpdateWorkflowLimitsRequest{}, o...)
+		return err
+	},
 	"CancelWorkflow": func(ctx context.Context, s *Server, o []grpc.CallOption) error {
 		_, err := s.orch.CancelWorkflow(ctx, &orchestratorv1.CancelWorkflowRequest{}, o...)
 		return err

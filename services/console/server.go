@@ -105,6 +105,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/workflows/{id}/cancel", s.authed(s.cancelWorkflow))
 	m.HandleFunc("POST /api/workflows/{id}/signal", s.authed(s.signalWorkflow))
 	m.HandleFunc("POST /api/workflows/{id}/decide", s.authed(s.decide))
+	m.HandleFunc("POST /api/workflows/{id}/limits", s.authed(s.updateLimits))
 	m.HandleFunc("GET /api/approvals", s.authed(s.listApprovals))
 	m.HandleFunc("GET /api/agents", s.authed(s.listAgents))
 	m.HandleFunc("GET /api/agents/{name}", s.authed(s.getAgent))

@@ -138,10 +138,24 @@ async function tabTo(page, pred, n = 60) {
     await shot(page, 'approvals');
     await axe(page, 'approvals');
 
-    step('approve by clicking; the result and the cost show');
+    step('approve by clicking; the workflow then waits for a raise of its operator calls');
     await page.goto(wfURL);
     await page.locator('fieldset.approval').waitFor();
     await page.getByRole('button', { name: 'Send decision' }).click();
+    await page.locator('#limit-summary').getByText('Made 1 of 1 operator calls').waitFor();
+    if (await page.inputValue('#limit-value') !== '2') throw new Error(`the raise is not prefilled with 2: ${await page.inputValue('#limit-value')}`);
+    await shot(page, 'workflow-limit');
+    await axe(page, 'workflow-limit');
+
+    step('the approvals inbox lists the raise');
+    await page.goto(`${base}/#/approvals`);
+    await page.locator('table').getByText('operator calls used up').first().waitFor();
+    await page.locator('table').getByText('1 of 1 calls').first().waitFor();
+
+    step('raise by clicking; the result and the cost show');
+    await page.goto(wfURL);
+    await page.locator('#limit-value').waitFor();
+    await page.getByRole('button', { name: 'Raise' }).click();
     // The page's stream was open while the workflow waited: the resumed
     // call's text streams into the live box.
     await page.locator('#live-text').getByText('The notes are written.').waitFor();
@@ -196,6 +210,10 @@ async function tabTo(page, pred, n = 60) {
     await page.waitForURL(/#\/workflows\/.+/);
     await page.locator('fieldset.approval').waitFor();
     if (!await tabTo(page, () => document.activeElement && document.activeElement.id === 'send-decisions')) throw new Error('Tab never reached Send decision');
+    await page.keyboard.press('Enter');
+    await page.locator('#limit-value').waitFor();
+    await page.keyboard.press('Home');
+    if (!await tabTo(page, () => document.activeElement && document.activeElement.id === 'limit-raise')) throw new Error('Tab never reached Raise');
     await page.keyboard.press('Enter');
     await page.locator('#wf-result').getByText('The notes are written.').waitFor();
     await shot(page, 'keyboard-approved');

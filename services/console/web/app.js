@@ -200,13 +200,14 @@ async function startForm() {
 async function workflowPage(id) {
   const head = h('section', { 'aria-labelledby': 'h-summary' });
   const approvals = h('section', { 'aria-labelledby': 'h-approvals', id: 'approvals' });
+  const limit = h('section', { 'aria-labelledby': 'h-limit', id: 'limit' });
   const liveBox = h('pre', { class: 'stream', id: 'live-text', 'aria-live': 'polite' });
   const liveTools = h('ul', { class: 'tools', id: 'live-tools' });
   const steps = h('section', { 'aria-labelledby': 'h-steps' });
   const tree = h('section', { 'aria-labelledby': 'h-tree' });
   const events = h('ol', { class: 'events', id: 'events' });
   const actions = h('section', { 'aria-labelledby': 'h-actions' });
-  page(`Workflow ${short(id)}`, head, approvals,
+  page(`Workflow ${short(id)}`, head, limit, approvals,
     h('section', { 'aria-labelledby': 'h-live' }, h('h2', { id: 'h-live' }, 'Live'), liveBox, liveTools),
     steps, tree,
     h('section', { 'aria-labelledby': 'h-events' }, h('h2', { id: 'h-events' }, 'Events'), events),
@@ -228,6 +229,7 @@ async function workflowPage(id) {
         wf.waiting ? [h('dt', {}, 'Waiting'), h('dd', {}, wf.waiting.reason)] : null,
         wf.failure ? [h('dt', {}, 'Failure'), h('dd', { class: 'error' }, wf.failure.message || json(wf.failure))] : null,
         wf.lastOutput ? [h('dt', {}, 'Result'), h('dd', {}, h('pre', { id: 'wf-result', class: 'result' }, textOf(wf.lastOutput.message)))] : null));
+    renderLimit();
     renderApprovals();
     renderActions();
   };
@@ -235,9 +237,10 @@ async function workflowPage(id) {
   // The approval and action forms are rebuilt only when what they show
   // changes, so a refresh never drops an edit or the keyboard focus.
   let approvalsKey = null;
+  let limitKey = null;
   let actionsKey = null;
   const renderApprovals = () => {
-    const pending = wf.pendingApprovals || [];
+    const pending = (wf.pendingApprovals || []).filter((p) => p.toolCall);
     const key = pending.map((p) => `${p.step}/${p.toolCall && p.toolCall.toolUseId}`).join(',');
     if (key === approvalsKey) return;
     approvalsKey = key;
@@ -282,6 +285,45 @@ async function workflowPage(id) {
           announce('Decision sent');
         } catch (err) { msg.replaceChildren(errorBox(err)); send.disabled = false; }
       } }, rows.map((r) => r.el), allowed ? send : h('p', { class: 'muted' }, 'You may not decide approvals.'), msg));
+  };
+
+  // A workflow that reached a limit with --on-limit=ask waits for a
+  // raise (UpdateWorkflowLimits), not for a tool decision.
+  const renderLimit = () => {
+    const lr = wf.limitRequest;
+    const key = lr ? `${lr.kind}/${lr.steps}/${lr.spent && lr.spent.amount}` : '';
+    if (key === limitKey) return;
+    limitKey = key;
+    if (!lr) { limit.replaceChildren(); return; }
+    const budget = lr.kind === 'LIMIT_KIND_BUDGET';
+    const msg = h('div', {});
+    const value = budget
+      ? h('input', { id: 'limit-value', inputmode: 'decimal', required: true, value: String(2 * Number((lr.budget && lr.budget.amount) || 0) || '') })
+      : h('input', { id: 'limit-value', type: 'number', min: String(Number(lr.steps || 0) + 1), required: true, value: String(2 * Number(lr.maxSteps || 0)) });
+    const reason = h('input', { id: 'limit-reason', size: 40 });
+    const send = async (body, done) => {
+      try {
+        await api(`/api/workflows/${encodeURIComponent(id)}/limits`, { method: 'POST', body: { reason: reason.value || undefined, ...body } });
+        msg.replaceChildren(h('p', { class: 'ok', role: 'status' }, done));
+        announce(done);
+      } catch (err) { msg.replaceChildren(errorBox(err)); }
+    };
+    const allowed = can('UpdateWorkflowLimits');
+    limit.replaceChildren(h('h2', { id: 'h-limit' }, budget ? 'Budget reached' : 'Operator calls used up'),
+      h('p', { id: 'limit-summary' }, budget
+        ? `Spent ${money(lr.spent)} of ${money(lr.budget)}; ${lr.agentId}'s next call waits for a raise.`
+        : `Made ${lr.steps || 0} of ${lr.maxSteps || 0} operator calls; ${lr.agentId}'s next call waits for a raise.`),
+      allowed ? h('form', { onsubmit: (e) => {
+        e.preventDefault();
+        send(budget ? { budget: { amount: value.value.trim() } } : { maxSteps: value.value.trim() }, 'Limit raised; the workflow resumes.');
+      } },
+      h('label', { for: 'limit-value' }, budget ? 'New budget in total (USD)' : 'New limit of operator calls in total'), value,
+      h('label', { for: 'limit-reason' }, 'Reason (optional)'), reason,
+      h('div', { class: 'choice' },
+        h('button', { type: 'submit', id: 'limit-raise' }, 'Raise'),
+        h('button', { type: 'button', id: 'limit-reject', onclick: () => send({ reject: true }, 'Raise refused; the workflow fails.') }, 'Refuse'))) :
+        h('p', { class: 'muted' }, 'You may not change limits.'),
+      msg);
   };
 
   const renderActions = () => {
@@ -396,16 +438,21 @@ async function workflowPage(id) {
   });
 }
 
+// limitName and limitText describe a PendingApproval's limit_request.
+const limitName = (lr) => (lr && lr.kind === 'LIMIT_KIND_BUDGET' ? 'budget reached' : 'operator calls used up');
+const limitText = (lr) => (!lr ? '' : lr.kind === 'LIMIT_KIND_BUDGET'
+  ? `spent ${money(lr.spent)} of ${money(lr.budget)}` : `${lr.steps || 0} of ${lr.maxSteps || 0} calls`);
+
 async function approvalsPage() {
-  const main = page('Approvals', h('p', { class: 'muted' }, 'Tool calls waiting for a person, oldest first.'));
+  const main = page('Approvals', h('p', { class: 'muted' }, 'Tool calls and limit raises waiting for a person, oldest first.'));
   try {
     const list = (await api('/api/approvals')).approvals || [];
     main.append(list.length ? h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, ['Workflow', 'Agent', 'Tool', 'Input', 'Waiting since', 'Decides itself'].map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', {}, list.map((p) => h('tr', {},
         h('td', {}, h('a', { href: `#/workflows/${encodeURIComponent(p.workflowId)}` }, p.workflowId)),
-        h('td', {}, p.agentId), h('td', {}, h('code', {}, p.toolCall && p.toolCall.name)),
-        h('td', {}, h('pre', { class: 'inline' }, json(p.toolCall && p.toolCall.input))),
+        h('td', {}, p.agentId), h('td', {}, p.toolCall ? h('code', {}, p.toolCall.name) : limitName(p.limitRequest)),
+        h('td', {}, p.toolCall ? h('pre', { class: 'inline' }, json(p.toolCall.input)) : limitText(p.limitRequest)),
         h('td', {}, fmtAge(p.requestTime)), h('td', {}, p.deadline ? new Date(ms(p.deadline)).toLocaleString() : 'never')))))
       : h('p', {}, 'Nothing waits for approval.'));
   } catch (err) { main.append(errorBox(err)); }
