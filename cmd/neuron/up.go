@@ -473,19 +473,20 @@ func (u *up) run(ctx context.Context) error {
 	sp := newSpawner()
 	env := os.Environ()
 	events := make(chan upEvent, 2*len(serviceNames)+2)
-	started := serviceNames
-	if u.children[consoleName] != nil {
-		started = append(append([]string(nil), serviceNames...), consoleName)
+	// The add-ons (console, gateway) start once the services they call
+	// serve: one of them listening on a free port (127.0.0.1:0) then
+	// cannot take a port a service was given.
+	var addons []string
+	for _, name := range []string{consoleName, gatewayName} {
+		if u.children[name] != nil {
+			addons = append(addons, name)
+		}
 	}
-	if u.children[gatewayName] != nil {
-		started = append(append([]string(nil), started...), gatewayName)
-	}
-	for _, name := range started {
+	started := append(append([]string(nil), serviceNames...), addons...)
+	launch := func(name string) error {
 		ch := u.children[name]
 		if err := ch.start(sp, env); err != nil {
-			fmt.Fprintf(u.c.stderr, "neuron up: %v\n", err)
-			u.stopAll()
-			return &exitError{code: exitFailure}
+			return err
 		}
 		go func() {
 			select {
@@ -498,12 +499,21 @@ func (u *up) run(ctx context.Context) error {
 			<-ch.exited
 			events <- upEvent{c: ch, exited: true}
 		}()
+		return nil
+	}
+	for _, name := range serviceNames {
+		if err := launch(name); err != nil {
+			fmt.Fprintf(u.c.stderr, "neuron up: %v\n", err)
+			u.stopAll()
+			return &exitError{code: exitFailure}
+		}
 	}
 
 	pending := map[string]bool{}
 	for _, n := range started {
 		pending[n] = true
 	}
+	addonsStarted := false
 	startTimer := time.NewTimer(u.f.startTimeout)
 	defer startTimer.Stop()
 	var demoDone chan int
@@ -525,6 +535,16 @@ func (u *up) run(ctx context.Context) error {
 			delete(pending, ev.c.name)
 			ev.c.addr = ev.addr // the address it serves on (the console's may be a free port)
 			fmt.Fprintf(u.out, "  %-13s SERVING on %-21s log %s\n", ev.c.name, ev.addr, ev.c.logShown)
+			if len(pending) == len(addons) && !addonsStarted {
+				addonsStarted = true
+				for _, name := range addons {
+					if err := launch(name); err != nil {
+						fmt.Fprintf(u.c.stderr, "neuron up: %v\n", err)
+						_ = u.stopAll()
+						return &exitError{code: exitFailure}
+					}
+				}
+			}
 			if len(pending) == 0 {
 				startTimer.Stop()
 				u.syncDemoAgents(ctx)
@@ -539,7 +559,7 @@ func (u *up) run(ctx context.Context) error {
 				continue
 			}
 			for _, name := range started {
-				if ch := u.children[name]; pending[name] {
+				if ch := u.children[name]; pending[name] && ch.cmd != nil {
 					fmt.Fprintf(u.c.stderr, "neuron up: %s is not SERVING after %s; the end of %s:\n%s", name, u.f.startTimeout, ch.logShown, ch.logTail())
 				}
 			}
