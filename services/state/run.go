@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 	_, vectors := backend.(VectorBackend)
 	switch {
 	case embedder != nil && vectors:
-		log.Info("vector search", "embedder", embedder.Name(), "embed_writes", !cfg.NoEmbedWrites, "index", "exact, in memory")
+		log.Info("vector search", "embedder", embedder.Name(), "embed_writes", !cfg.NoEmbedWrites, "index", "in memory per replica: exact below 4096 vectors of a scope, HNSW from there")
 	case embedder != nil:
 		log.Warn("an embedder is configured but this backend has no vector index; vector and hybrid search answer UNIMPLEMENTED", "embedder", embedder.Name())
 	case vectors:
