@@ -36,6 +36,16 @@ type child struct {
 
 	mu   sync.Mutex
 	tail []string // the last lines of the log, for error reports
+	// httpAddr is the address of its "HTTP SERVING" line (the gateway's
+	// HTTP endpoints), logged before SERVING; empty: none.
+	httpAddr string
+}
+
+// servedHTTP is the address of the child's "HTTP SERVING" line.
+func (c *child) servedHTTP() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.httpAddr
 }
 
 // tailLines is how many log lines a child keeps for error reports.
@@ -94,6 +104,11 @@ func (c *child) readLog(r io.ReadCloser, logf *os.File) {
 				c.tail = c.tail[len(c.tail)-tailLines:]
 			}
 			c.mu.Unlock()
+			if addr, ok := servingLine(text, "HTTP SERVING"); ok {
+				c.mu.Lock()
+				c.httpAddr = addr
+				c.mu.Unlock()
+			}
 			if !served {
 				if addr, ok := servingAddr(text); ok {
 					served = true
@@ -108,15 +123,18 @@ func (c *child) readLog(r io.ReadCloser, logf *os.File) {
 }
 
 // servingAddr parses the services' JSON log line {"msg":"SERVING","addr":...}.
-func servingAddr(line string) (string, bool) {
-	if !strings.Contains(line, `"SERVING"`) {
+func servingAddr(line string) (string, bool) { return servingLine(line, "SERVING") }
+
+// servingLine parses a JSON log line {"msg":msg,"addr":...}.
+func servingLine(line, msg string) (string, bool) {
+	if !strings.Contains(line, `"`+msg+`"`) {
 		return "", false
 	}
 	var rec struct {
 		Msg  string `json:"msg"`
 		Addr string `json:"addr"`
 	}
-	if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "SERVING" {
+	if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != msg {
 		return "", false
 	}
 	return rec.Addr, true

@@ -426,10 +426,8 @@ func (u *up) planGateway(addr func(string) string) {
 	}
 	grpcAddr, httpAddr := defaultGatewayAddr, defaultGatewayHTTPAddr
 	if addr("orchestrator") != defaultOrchestratorAddr || addr("state") != defaultStateAddr {
-		grpcAddr, httpAddr = "127.0.0.1:0", freeLoopbackAddr()
-	}
-	if httpAddr == "" {
-		return
+		// Free ports, read back from its log (SERVING, HTTP SERVING).
+		grpcAddr, httpAddr = "127.0.0.1:0", "127.0.0.1:0"
 	}
 	u.gatewayHTTP = httpAddr
 	u.children[gatewayName] = &child{
@@ -438,17 +436,6 @@ func (u *up) planGateway(addr func(string) string) {
 			"--orchestrator-addr", addr("orchestrator"), "--state-addr", addr("state")},
 		logPath: u.abs("logs", gatewayName+".log"), logShown: u.shown("logs", gatewayName+".log"),
 	}
-}
-
-// freeLoopbackAddr is a loopback address with a port free now; "" when
-// none could be had.
-func freeLoopbackAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return ""
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // upEvent is news from a child: SERVING (addr set) or exited.
@@ -534,6 +521,9 @@ func (u *up) run(ctx context.Context) error {
 			}
 			delete(pending, ev.c.name)
 			ev.c.addr = ev.addr // the address it serves on (the console's may be a free port)
+			if a := ev.c.servedHTTP(); ev.c.name == gatewayName && a != "" {
+				u.gatewayHTTP = a
+			}
 			fmt.Fprintf(u.out, "  %-13s SERVING on %-21s log %s\n", ev.c.name, ev.addr, ev.c.logShown)
 			if len(pending) == len(addons) && !addonsStarted {
 				addonsStarted = true
