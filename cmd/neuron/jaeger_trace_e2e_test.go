@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,7 +216,8 @@ func TestUpJaeger(t *testing.T) {
 	for {
 		var err error
 		spans, err = j.traces(ctx, "neuron-orchestrator")
-		ready := err == nil && len(telemetrytest.Named(spans, "invoke_agent researcher")) > 0 && len(telemetrytest.Named(spans, "workflow assistant")) > 0
+		ready := err == nil && len(telemetrytest.Named(spans, "invoke_agent researcher")) > 0 && len(telemetrytest.Named(spans, "workflow assistant")) > 0 &&
+			slices.ContainsFunc(spans, func(s telemetrytest.Span) bool { return s.Service == "neuron-state" }) // State stops, and flushes, last
 		if ready || ctx.Err() != nil {
 			if err != nil {
 				t.Fatal(err)
