@@ -293,13 +293,24 @@ func TestContextCancelKills(t *testing.T) {
 	requireLandlock(t)
 	p := policy(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	start := time.Now()
+	defer cancel()
+	// Cancel once the command has started its background sleep (a fixed
+	// delay failed on a loaded machine before the shell had run at all).
+	cancelled := make(chan time.Time, 1)
+	go func() {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if b, err := os.ReadFile(filepath.Join(p.Workspace, "bg")); err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+				break
+			}
+		}
+		cancelled <- time.Now()
+		cancel()
+	}()
 	res, err := sandbox.Run(ctx, p, []string{"/bin/sh", "-c", `echo $$ > pgid; sleep 100 & echo $! > bg; sleep 100`}, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if elapsed := time.Since(start); elapsed > 5*time.Second {
+	if elapsed := time.Since(<-cancelled); elapsed > 5*time.Second {
 		t.Errorf("Run took %v after cancel", elapsed)
 	}
 	if res == nil || res.Signal != "SIGKILL" || res.TimedOut {
