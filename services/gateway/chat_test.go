@@ -54,7 +54,11 @@ func types(evs []map[string]any) []string {
 // streams the rest.
 func TestChatSSE(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three"}), carefulAgent("careful"))
+	// The chat gets the deltas of the call running when it starts
+	// watching, from that call's start, but not those of a call that has
+	// already finished (it gets the answer in one piece then): the delay
+	// keeps the call running until the chat watches.
+	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three", "delay": "2s"}), carefulAgent("careful"))
 	evs := chatEvents(t, s, `{"agent": "writer", "message": "write", "session": "web-1"}`)
 	ts := types(evs)
 	if ts[0] != "RUN_STARTED" || ts[len(ts)-1] != "RUN_FINISHED" || evs[0]["threadId"] != "web-1" {
