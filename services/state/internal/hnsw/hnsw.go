@@ -22,6 +22,11 @@
 //
 // A Graph is safe for concurrent use: Set and Delete take its lock;
 // Searches run concurrently with each other.
+//
+// Build makes a graph of many vectors at once, inserting from several
+// goroutines: each node's links then have a lock of their own, taken
+// only while Build runs (a parallel build is not deterministic; a graph
+// grown by Set is).
 package hnsw
 
 import (
@@ -30,6 +35,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Default parameters.
@@ -45,6 +51,11 @@ const (
 	maxLevel = 16
 	// compactMin is the fewest tombstones that trigger a rebuild.
 	compactMin = 64
+	// pruneSlack: a node's links on a level may grow a 1/pruneSlack past
+	// their bound before the heuristic prunes them back to it, so that
+	// one pruning (the pairwise similarities of all its links, most of
+	// an insert's cost) serves several new links.
+	pruneSlack = 4
 )
 
 // Config holds a Graph's parameters; zero fields take the defaults.
@@ -55,6 +66,11 @@ type Config struct {
 	// Seed seeds the level generator, so that a graph built from the
 	// same operations is the same graph.
 	Seed uint64
+	// NoCompact leaves tombstones in the graph however many there are:
+	// the caller rebuilds it (with Build, from its live keys) when
+	// NeedsCompaction says so, instead of Set or Delete rebuilding it
+	// under the graph's lock.
+	NoCompact bool
 }
 
 // Result is one key found by Search.
@@ -75,6 +91,11 @@ type Graph[K cmp.Ordered] struct {
 	top      int          // entry's level
 	deleted  int          // tombstones
 	visitedP sync.Pool    // *bitset
+	// building is set while Build inserts from several goroutines: links
+	// are then read and written under their node's mu, and entry and top
+	// under entryMu.
+	building bool
+	entryMu  sync.Mutex
 }
 
 type node[K cmp.Ordered] struct {
@@ -82,6 +103,7 @@ type node[K cmp.Ordered] struct {
 	vec     []float32
 	links   [][]uint32 // per level, 0..the node's level
 	deleted bool
+	mu      sync.Mutex // guards links while the graph is building
 }
 
 // New returns an empty graph.
@@ -152,10 +174,19 @@ func (g *Graph[K]) remove(key K) bool {
 	return true
 }
 
+// NeedsCompaction reports whether tombstones outnumber the live keys
+// (and are at least a few dozen): the point from which a graph made
+// with NoCompact should be rebuilt.
+func (g *Graph[K]) NeedsCompaction() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.deleted >= compactMin && g.deleted > len(g.ids)
+}
+
 // maybeCompact rebuilds the graph from its live nodes once tombstones
 // outnumber them.
 func (g *Graph[K]) maybeCompact() {
-	if g.deleted < compactMin || g.deleted <= len(g.ids) {
+	if g.deleted < compactMin || g.deleted <= len(g.ids) || g.cfg.NoCompact {
 		if len(g.ids) == 0 && g.deleted > 0 {
 			g.reset()
 		}
@@ -192,30 +223,82 @@ func (g *Graph[K]) insert(key K, vec []float32) {
 		g.entry, g.top = int(id), level
 		return
 	}
-	ep := cand{id: uint32(g.entry), sim: dot(vec, g.nodes[g.entry].vec)}
-	for l := g.top; l > level; l-- {
-		ep = g.greedy(vec, ep, l)
+	g.insertNode(id)
+}
+
+// entryPoint returns the top level's entry node and its level.
+func (g *Graph[K]) entryPoint() (int, int) {
+	if !g.building {
+		return g.entry, g.top
+	}
+	g.entryMu.Lock()
+	defer g.entryMu.Unlock()
+	return g.entry, g.top
+}
+
+// insertNode links node id (in g.nodes, with its vector and levels, and
+// not the entry node) into the graph.
+func (g *Graph[K]) insertNode(id uint32) {
+	vec := g.nodes[id].vec
+	level := len(g.nodes[id].links) - 1
+	entry, top := g.entryPoint()
+	ep := cand{id: uint32(entry), sim: dot(vec, g.nodes[entry].vec)}
+	var buf []uint32
+	for l := top; l > level; l-- {
+		ep = g.greedy(vec, ep, l, &buf)
 	}
 	vis := g.getVisited()
 	defer g.visitedP.Put(vis)
-	for l := min(level, g.top); l >= 0; l-- {
-		found := g.searchLayer(vec, ep, g.cfg.EfConstruction, l, vis)
+	for l := min(level, top); l >= 0; l-- {
+		found := g.searchLayer(vec, ep, g.cfg.EfConstruction, l, vis, &buf)
+		// In a parallel build, another insert may have linked to id
+		// already: never link id to itself.
+		found = slices.DeleteFunc(found, func(c cand) bool { return c.id == id })
 		if len(found) > 0 {
 			ep = found[0]
 		}
 		neigh := g.selectNeighbors(found, g.cfg.M)
-		links := make([]uint32, len(neigh), g.maxLinks(l))
+		links := make([]uint32, len(neigh), g.maxLinks(l)+g.maxLinks(l)/pruneSlack)
 		for i, c := range neigh {
 			links[i] = c.id
 		}
-		g.nodes[id].links[l] = links
+		g.setLinks(id, l, links)
 		for _, c := range neigh {
 			g.link(c.id, id, l)
 		}
 	}
-	if level > g.top {
-		g.entry, g.top = int(id), level
+	if level > top {
+		if g.building {
+			g.entryMu.Lock()
+			defer g.entryMu.Unlock()
+		}
+		if level > g.top {
+			g.entry, g.top = int(id), level
+		}
 	}
+}
+
+// setLinks replaces node id's links on level l.
+func (g *Graph[K]) setLinks(id uint32, l int, links []uint32) {
+	n := &g.nodes[id]
+	if g.building {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	}
+	n.links[l] = links
+}
+
+// linksOf returns node id's links on level l: the node's own slice, or,
+// while building, a copy in *buf made under the node's lock.
+func (g *Graph[K]) linksOf(id uint32, l int, buf *[]uint32) []uint32 {
+	n := &g.nodes[id]
+	if !g.building {
+		return n.links[l]
+	}
+	n.mu.Lock()
+	*buf = append((*buf)[:0], n.links[l]...)
+	n.mu.Unlock()
+	return *buf
 }
 
 // link adds a link from node `from` to node `to` on level l, pruning
@@ -223,7 +306,11 @@ func (g *Graph[K]) insert(key K, vec []float32) {
 // first).
 func (g *Graph[K]) link(from, to uint32, l int) {
 	n := &g.nodes[from]
-	if len(n.links[l]) < g.maxLinks(l) {
+	if g.building {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	}
+	if len(n.links[l]) < g.maxLinks(l)+g.maxLinks(l)/pruneSlack {
 		n.links[l] = append(n.links[l], to)
 		return
 	}
@@ -273,10 +360,10 @@ func (g *Graph[K]) selectNeighbors(cands []cand, m int) []cand {
 }
 
 // greedy walks level l from ep to the node most similar to q.
-func (g *Graph[K]) greedy(q []float32, ep cand, l int) cand {
+func (g *Graph[K]) greedy(q []float32, ep cand, l int, buf *[]uint32) cand {
 	for changed := true; changed; {
 		changed = false
-		for _, x := range g.nodes[ep.id].links[l] {
+		for _, x := range g.linksOf(ep.id, l, buf) {
 			if s := dot(q, g.nodes[x].vec); s > ep.sim {
 				ep, changed = cand{id: x, sim: s}, true
 			}
@@ -288,7 +375,7 @@ func (g *Graph[K]) greedy(q []float32, ep cand, l int) cand {
 // searchLayer explores level l from ep and returns up to ef nodes most
 // similar to q, best first. Tombstones are followed but not returned;
 // vis is cleared first.
-func (g *Graph[K]) searchLayer(q []float32, ep cand, ef, l int, vis *bitset) []cand {
+func (g *Graph[K]) searchLayer(q []float32, ep cand, ef, l int, vis *bitset, buf *[]uint32) []cand {
 	vis.reset(len(g.nodes))
 	vis.set(ep.id)
 	var todo maxHeap
@@ -302,7 +389,7 @@ func (g *Graph[K]) searchLayer(q []float32, ep cand, ef, l int, vis *bitset) []c
 		if len(best) >= ef && c.sim < best[0].sim {
 			break
 		}
-		for _, x := range g.nodes[c.id].links[l] {
+		for _, x := range g.linksOf(c.id, l, buf) {
 			if vis.has(x) {
 				continue
 			}
@@ -339,10 +426,10 @@ func (g *Graph[K]) Search(q []float32, k, ef int) []Result[K] {
 	ef = max(ef, k)
 	ep := cand{id: uint32(g.entry), sim: dot(q, g.nodes[g.entry].vec)}
 	for l := g.top; l > 0; l-- {
-		ep = g.greedy(q, ep, l)
+		ep = g.greedy(q, ep, l, nil)
 	}
 	vis := g.getVisited()
-	found := g.searchLayer(q, ep, ef, 0, vis)
+	found := g.searchLayer(q, ep, ef, 0, vis, nil)
 	g.visitedP.Put(vis)
 	out := make([]Result[K], len(found))
 	for i, c := range found {
@@ -358,6 +445,52 @@ func (g *Graph[K]) Search(q []float32, k, ef int) []Result[K] {
 		out = out[:k]
 	}
 	return out
+}
+
+// Build returns a graph of keys[i] -> vecs[i] (distinct keys; vectors
+// normalized, of one length, kept by the graph and never changed), with
+// the levels Set would give them in this order, inserted by workers
+// goroutines at once (fewer than 1: one). It gives up, returning nil,
+// once stop (when not nil) returns true; stop is called before each
+// insert, from any of the goroutines.
+func Build[K cmp.Ordered](cfg Config, keys []K, vecs [][]float32, workers int, stop func() bool) *Graph[K] {
+	g := New[K](cfg)
+	if len(keys) == 0 {
+		return g
+	}
+	g.nodes = make([]node[K], len(keys))
+	for i, key := range keys {
+		g.nodes[i].key, g.nodes[i].vec = key, vecs[i]
+		g.nodes[i].links = make([][]uint32, g.randomLevel()+1)
+		g.ids[key] = uint32(i)
+	}
+	g.entry, g.top = 0, len(g.nodes[0].links)-1
+	g.building = true
+	var next atomic.Int64
+	next.Store(1)
+	var stopped atomic.Bool
+	var wg sync.WaitGroup
+	for range max(1, workers) {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(keys)) {
+					return
+				}
+				if stop != nil && stop() {
+					stopped.Store(true)
+					return
+				}
+				g.insertNode(uint32(i))
+			}
+		})
+	}
+	wg.Wait()
+	g.building = false
+	if stopped.Load() {
+		return nil
+	}
+	return g
 }
 
 func (g *Graph[K]) getVisited() *bitset {

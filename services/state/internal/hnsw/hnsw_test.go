@@ -3,6 +3,7 @@ package hnsw
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -97,6 +98,88 @@ func TestRecall(t *testing.T) {
 		t.Errorf("recall@10 after deletes and overwrites: %.3f; want at least %v", r, minRecall)
 	} else {
 		t.Logf("recall@10 after deletes and overwrites: %.3f (tombstones %d)", r, g.Tombstones())
+	}
+}
+
+// TestBuild: a graph made by Build from 4 goroutines at once reaches
+// the recall of one grown by Set, holds every key, and then takes Set
+// and Delete like any other; a Build whose stop says so gives up (run
+// with -race: the parallel inserts share nodes).
+func TestBuild(t *testing.T) {
+	n, dims := 5000, 256
+	if testing.Short() || raceEnabled {
+		n = 2000
+	}
+	data := vecsynth.New(1, dims, 50)
+	keys := make([]string, n)
+	vecs := map[string][]float32{}
+	all := make([][]float32, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("k%05d", i)
+		all[i] = data.Next()
+		vecs[keys[i]] = all[i]
+	}
+	g := Build(Config{Seed: 1}, keys, all, 4, nil)
+	if g.Len() != n {
+		t.Fatalf("Len %d; want %d", g.Len(), n)
+	}
+	queries := data.Vectors(200)
+	if r := recall(t, g, vecs, queries, 10); r < minRecall {
+		t.Errorf("recall@10 after a parallel build of %d: %.3f; want at least %v", n, r, minRecall)
+	} else {
+		t.Logf("recall@10 after a parallel build of %d: %.3f", n, r)
+	}
+	// Every key is reachable: a search for its own vector finds it.
+	missed := 0
+	for _, key := range keys {
+		if got := g.Search(vecs[key], 1, 0); len(got) != 1 || got[0].Key != key {
+			missed++
+		}
+	}
+	if missed > n/100 {
+		t.Errorf("%d of %d keys not found by their own vector", missed, n)
+	}
+	for i := 0; i < n; i += 2 {
+		if i%4 == 0 {
+			g.Delete(keys[i])
+			delete(vecs, keys[i])
+		} else {
+			vecs[keys[i]] = data.Next()
+			g.Set(keys[i], vecs[keys[i]])
+		}
+	}
+	if r := recall(t, g, vecs, queries, 10); r < minRecall {
+		t.Errorf("recall@10 after deletes and overwrites: %.3f; want at least %v", r, minRecall)
+	}
+
+	calls := 0
+	var mu sync.Mutex
+	stop := func() bool { mu.Lock(); defer mu.Unlock(); calls++; return calls > 100 }
+	if g := Build(Config{Seed: 1}, keys, all, 2, stop); g != nil {
+		t.Errorf("a stopped build returned a graph of %d keys", g.Len())
+	}
+}
+
+// TestNoCompact: with NoCompact, Set and Delete leave tombstones for the
+// caller, and NeedsCompaction says when to rebuild.
+func TestNoCompact(t *testing.T) {
+	data := vecsynth.New(3, 32, 4)
+	g := New[string](Config{Seed: 3, NoCompact: true})
+	for i := range 500 {
+		g.Set(fmt.Sprint(i), data.Next())
+	}
+	if g.NeedsCompaction() {
+		t.Fatal("a graph without tombstones needs compaction")
+	}
+	for i := range 500 {
+		g.Set(fmt.Sprint(i), data.Next())
+	}
+	if g.Tombstones() != 500 || g.Len() != 500 {
+		t.Fatalf("%d tombstones, %d live; want 500, 500", g.Tombstones(), g.Len())
+	}
+	g.Delete("0")
+	if !g.NeedsCompaction() {
+		t.Error("501 tombstones, 499 live: NeedsCompaction is false")
 	}
 }
 
@@ -220,11 +303,23 @@ func TestConcurrent(t *testing.T) {
 // Run: go test -run '^$' -bench BenchmarkBuild ./services/state/internal/hnsw/
 func BenchmarkBuild(b *testing.B) {
 	vecs := vecsynth.New(5, 768, 20).Vectors(2000)
-	for b.Loop() {
-		g := New[int](Config{Seed: 5})
-		for i, v := range vecs {
-			g.Set(i, v)
+	b.Run("set", func(b *testing.B) {
+		for b.Loop() {
+			g := New[int](Config{Seed: 5})
+			for i, v := range vecs {
+				g.Set(i, v)
+			}
 		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vecs)), "ns/insert")
+	})
+	keys := make([]int, len(vecs))
+	for i := range keys {
+		keys[i] = i
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vecs)), "ns/insert")
+	b.Run("build", func(b *testing.B) {
+		for b.Loop() {
+			Build(Config{Seed: 5}, keys, vecs, runtime.GOMAXPROCS(0), nil)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vecs)), "ns/insert")
+	})
 }
