@@ -102,6 +102,9 @@ type upFlags struct {
 	stopTimeout    time.Duration
 	// otelEndpoint is every service's --otel-endpoint; empty: no export.
 	otelEndpoint string
+	// tracesURL is the console's --traces-url (the trace store's query
+	// API its trace viewer reads); empty: no trace viewer.
+	tracesURL string
 }
 
 // up is one `neuron up`: the plan, then the running children.
@@ -152,6 +155,7 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.demo, "demo", false, "run the sample workflow once everything is SERVING, then keep serving")
 	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
 	fs.StringVar(&f.otelEndpoint, "otel-endpoint", "", "OTLP collector every service sends traces and metrics to: host:port (plaintext gRPC), http://host:port or https://host:port (each service's --otel-endpoint; empty: none)")
+	fs.StringVar(&f.tracesURL, "traces-url", "", "the trace store's query API the console's trace viewer reads (Jaeger's, e.g. http://127.0.0.1:16686, beside --otel-endpoint pointing at the same Jaeger; empty: no trace viewer)")
 	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", 15*time.Second, "how long each service may take to stop after SIGTERM before it is killed")
 	pos, err := parseArgs(fs, "up", args)
@@ -413,6 +417,9 @@ func (u *up) plan() {
 			args: []string{"--dev", "--addr", u.f.consoleAddr, "--log-format", "json", "--shutdown-timeout", "5s",
 				"--orchestrator-addr", addr("orchestrator"), "--state-addr", addr("state")},
 			logPath: u.abs("logs", consoleName+".log"), logShown: u.shown("logs", consoleName+".log"),
+		}
+		if u.f.tracesURL != "" {
+			u.children[consoleName].args = append(u.children[consoleName].args, "--traces-url", u.f.tracesURL)
 		}
 	}
 	u.planGateway(addr)

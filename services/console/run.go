@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	agentv1 "github.com/secbear/neuron/gen/layer0/agent/v1"
@@ -58,6 +59,13 @@ type Config struct {
 	MaxSessions int
 	// ShutdownTimeout bounds the graceful stop (0: DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// TracesURL is the trace store's query API the trace viewer reads
+	// workflows' traces from: Jaeger's (v1 or v2), e.g.
+	// http://127.0.0.1:16686. Empty: the viewer says none is configured.
+	TracesURL string
+	// TracesService is the orchestrator's service name in the traces
+	// (empty: DefaultTracesService).
+	TracesService string
 	// Log receives the console's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -73,6 +81,12 @@ func (c *Config) validate() error {
 		// a token of the console's own would be sent beside it and act
 		// for everyone.
 		return errors.New("--orchestrator-token-file and --state-token-file are for --dev only: outside dev the console calls with each person's own token from the login page")
+	}
+	if c.TracesURL != "" {
+		u, err := url.Parse(c.TracesURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+			return fmt.Errorf("--traces-url %q: want the trace store's query API as http://host:port or https://host:port (Jaeger's, e.g. http://127.0.0.1:16686)", c.TracesURL)
+		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
@@ -102,6 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := New(Options{
 		Dev: cfg.Dev, Log: log, SessionTTL: cfg.SessionTTL, MaxSessions: cfg.MaxSessions,
 		PlaintextTokens: cfg.Orchestrator.Dev || cfg.Orchestrator.Plaintext,
+		TracesURL:       cfg.TracesURL, TracesService: cfg.TracesService,
 	}, orchestratorv1.NewOrchestratorServiceClient(occ), agentv1.NewAgentServiceClient(occ), statev1.NewStateServiceClient(scc))
 
 	lis := cfg.Listener
@@ -135,7 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(lis) }()
 	log.Info("SERVING", "addr", lis.Addr().String(), "url", scheme+"://"+lis.Addr().String()+"/", "dev", cfg.Dev,
-		"orchestrator", cfg.Orchestrator.Target, "state", cfg.State.Target)
+		"orchestrator", cfg.Orchestrator.Target, "state", cfg.State.Target, "traces", cfg.TracesURL)
 	select {
 	case err := <-done:
 		srv.Close()

@@ -39,6 +39,12 @@ type Options struct {
 	// PlaintextTokens lets session tokens travel to the services without
 	// TLS (the services were dialled in dev or plaintext mode).
 	PlaintextTokens bool
+	// TracesURL is the trace store's query API (Jaeger's, e.g.
+	// http://127.0.0.1:16686) the trace viewer reads; empty: no viewer.
+	TracesURL string
+	// TracesService is the orchestrator's service name in the traces
+	// (empty: DefaultTracesService).
+	TracesService string
 }
 
 // Server is the console's HTTP handler: the embedded pages and a JSON
@@ -56,6 +62,8 @@ type Server struct {
 	devOnce sync.Once
 	mux     *http.ServeMux
 	assets  http.Handler
+	// traceClient queries the trace store (TracesURL).
+	traceClient *http.Client
 
 	// closed ends the live streams when the server stops.
 	closed    chan struct{}
@@ -69,7 +77,8 @@ func New(o Options, orch orchestratorv1.OrchestratorServiceClient, agents agentv
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: o, log: log, orch: orch, agents: agents, state: state,
-		sessions: newSessions(o.SessionTTL, o.MaxSessions), mux: http.NewServeMux(), closed: make(chan struct{})}
+		sessions: newSessions(o.SessionTTL, o.MaxSessions), mux: http.NewServeMux(), closed: make(chan struct{}),
+		traceClient: &http.Client{Timeout: traceTimeout}}
 	if o.Dev {
 		s.dev = &session{id: "dev", csrf: randomToken(), expires: time.Now().Add(100 * 365 * 24 * time.Hour)}
 	}
@@ -101,6 +110,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/workflows", s.authed(s.startWorkflow))
 	m.HandleFunc("GET /api/workflows/{id}", s.authed(s.getWorkflow))
 	m.HandleFunc("GET /api/workflows/{id}/transcript", s.authed(s.transcript))
+	m.HandleFunc("GET /api/workflows/{id}/trace", s.authed(s.workflowTrace))
 	m.HandleFunc("GET /api/workflows/{id}/watch", s.authed(s.watchWorkflow))
 	m.HandleFunc("POST /api/workflows/{id}/cancel", s.authed(s.cancelWorkflow))
 	m.HandleFunc("POST /api/workflows/{id}/signal", s.authed(s.signalWorkflow))
@@ -309,7 +319,7 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request, sess *session) {
 			}
 		})
 	}
-	writeJSON(w, map[string]any{"dev": s.dev != nil, "csrf": sess.csrf, "can": sess.caps()})
+	writeJSON(w, map[string]any{"dev": s.dev != nil, "csrf": sess.csrf, "can": sess.caps(), "traces": s.opts.TracesURL != ""})
 }
 
 // writeJSON writes v as a JSON answer.

@@ -47,6 +47,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key PEM file of --tls-cert")
 	cfg.Orchestrator.BindFlags(fs, "orchestrator")
 	cfg.State.BindFlags(fs, "state")
+	fs.StringVar(&cfg.TracesURL, "traces-url", "", "the trace store's query API the trace viewer reads workflows' traces from: Jaeger's, e.g. http://127.0.0.1:16686 (empty: no trace viewer)")
+	fs.StringVar(&cfg.TracesService, "traces-service", console.DefaultTracesService, "the orchestrator's service name in the traces (its OTEL_SERVICE_NAME)")
 	plaintext := fs.Bool("plaintext", false, "dial the services without TLS outside dev mode (only behind a mesh that encrypts); tokens are still sent")
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", console.DefaultSessionTTL, "how long a login lasts")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", console.DefaultMaxSessions, "sessions kept at once; a login beyond it ends the oldest")
