@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -12,13 +13,24 @@ import (
 	"github.com/secbear/neuron/pkg/lifecycle"
 )
 
+// RunEnds is an Engine that says when a workflow's run ends. Its log
+// ends only then (a run may record what it held back after the ending
+// event), and WatchWorkflow waits for it to end the stream right after
+// the ending event, rather than at its next look.
+type RunEnds interface {
+	// RunEnd returns a channel closed once the run of workflow id in
+	// progress now ends; nil when none runs (here).
+	RunEnd(ctx context.Context, id string) <-chan struct{}
+}
+
 // WatchWorkflow streams the durable event log (Engine.Events: only what
 // is recorded, so a reconnecting client never sees an event twice or
 // misses one), the hub's live progress of the workflow's calls in this
 // process, and the workflow once it has ended. Events this process
 // records wake the stream at once, and it looks again shortly after (an
 // engine may make them durable a moment after it publishes them); the
-// poll finds those of other replicas.
+// poll finds those of other replicas. An engine that says when a run ends
+// (RunEnds) wakes it then too, to end the stream.
 func (s *Server) WatchWorkflow(req *orchestratorv1.WatchWorkflowRequest, stream grpc.ServerStreamingServer[orchestratorv1.WatchWorkflowResponse]) error {
 	ctx := stream.Context()
 	id := req.GetWorkflowId()
@@ -59,7 +71,12 @@ func (s *Server) WatchWorkflow(req *orchestratorv1.WatchWorkflowRequest, stream 
 	timer := time.NewTimer(poll)
 	defer timer.Stop()
 	soon := 0 // quick looks left after a wake that found nothing new
+	ender, _ := s.e.(RunEnds)
+	var runEnd <-chan struct{} // closed when the run in progress ends
 	for first := true; ; first = false {
+		if ender != nil && runEnd == nil {
+			runEnd = ender.RunEnd(ctx, id) // before Events: a run that ends after it wakes the wait
+		}
 		evs, ended, err := s.e.Events(ctx, id, pos)
 		if err != nil {
 			return err
@@ -116,6 +133,9 @@ func (s *Server) WatchWorkflow(req *orchestratorv1.WatchWorkflowRequest, stream 
 					<-wake.C()
 				}
 				soon = 3
+				break waiting
+			case <-runEnd:
+				runEnd = nil // the next look asks again: another run may have begun
 				break waiting
 			case <-timer.C:
 				break waiting

@@ -124,6 +124,20 @@ func (e *Engine) Events(_ context.Context, id string, after uint64) ([]*lifecycl
 	return evs, ended, nil
 }
 
+var _ orchestrator.RunEnds = (*Engine)(nil)
+
+// RunEnd implements orchestrator.RunEnds: the channel is closed once the
+// workflow's run here has left the run table (so Events then says ended,
+// when it has).
+func (e *Engine) RunEnd(_ context.Context, id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.runs[id]; r != nil {
+		return r.done
+	}
+	return nil
+}
+
 // Resume restarts every workflow the journal has as RUNNING.
 func (e *Engine) Resume() (int, error) {
 	recs, err := e.j.Unfinished()

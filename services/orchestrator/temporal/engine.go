@@ -120,7 +120,10 @@ type Engine struct {
 	w    worker.Worker
 }
 
-var _ orchestrator.Engine = (*Engine)(nil)
+var (
+	_ orchestrator.Engine  = (*Engine)(nil)
+	_ orchestrator.RunEnds = (*Engine)(nil)
+)
 
 // New returns the Temporal engine over a connected client (nil for an
 // engine that only replays histories). deps.State keeps operator outputs
@@ -608,6 +611,28 @@ func (e *Engine) Events(ctx context.Context, id string, after uint64) ([]*lifecy
 		evs = append(evs, ev)
 	}
 	return evs, closed && len(evs) < maxEventsPage, nil
+}
+
+// RunEnd implements orchestrator.RunEnds: the channel is closed once
+// Temporal has closed the workflow (a long poll of its result, ended
+// with ctx). A poll that fails while the workflow still runs leaves it
+// open: the watcher's own looks find the end then.
+func (e *Engine) RunEnd(ctx context.Context, id string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		err := e.c.GetWorkflow(ctx, id, "").Get(ctx, nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d, derr := e.c.DescribeWorkflowExecution(ctx, id, "")
+			if derr != nil || d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				return
+			}
+		}
+		close(done)
+	}()
+	return done
 }
 
 // cancel asks Temporal to cancel a workflow, telling it why first.
