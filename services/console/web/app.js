@@ -120,6 +120,7 @@ function statusBadge(s) {
 
 function page(title, ...children) {
   const main = document.getElementById('main');
+  main.classList.remove('wide');
   main.replaceChildren(h('h1', {}, title), ...children);
   document.title = `${title} · neuron console`;
   return main;
@@ -350,6 +351,7 @@ async function workflowPage(id) {
       } }, h('label', { for: 'sig-type' }, 'Signal type'), type, h('label', { for: 'sig-data' }, 'Data (JSON)'), data, h('button', { type: 'submit' }, 'Send signal')));
     }
     parts.push(h('p', {}, h('a', { href: `#/state?scope=workflow&id=${encodeURIComponent(id)}` }, 'Browse this workflow\'s state')));
+    parts.push(h('p', {}, h('a', { href: `#/workflows/${encodeURIComponent(id)}/trace`, id: 'trace-link' }, 'Open this workflow\'s trace')));
     parts.push(msg);
     actions.replaceChildren(...parts);
   };
@@ -436,6 +438,115 @@ async function workflowPage(id) {
     },
     end: (w) => { wf = w; renderHead(); announce(`Workflow ${statusName(w.status)}`); refresh(); },
   });
+}
+
+// ---- trace ------------------------------------------------------------
+
+// fmtMicros formats a span's offset or duration given in µs.
+function fmtMicros(us) {
+  const n = Number(us) || 0;
+  if (n < 1000) return `${n} µs`;
+  return fmtDuration(n / 1000);
+}
+
+// spanTree orders spans depth-first by parent (children by start), with
+// each span's depth; a span whose parent is not in the trace is a root.
+function spanTree(spans) {
+  const ids = new Set(spans.map((s) => s.spanId));
+  const kids = new Map();
+  for (const s of spans) {
+    const p = s.parentId && ids.has(s.parentId) ? s.parentId : '';
+    if (!kids.has(p)) kids.set(p, []);
+    kids.get(p).push(s);
+  }
+  const out = [];
+  const seen = new Set();
+  const walk = (parent, depth) => {
+    for (const s of kids.get(parent) || []) {
+      if (seen.has(s.spanId)) continue;
+      seen.add(s.spanId);
+      out.push({ span: s, depth });
+      walk(s.spanId, depth + 1);
+    }
+  };
+  walk('', 0);
+  for (const s of spans) if (!seen.has(s.spanId)) out.push({ span: s, depth: 0 }); // a cycle
+  return out;
+}
+
+async function tracePage(id) {
+  const summary = h('section', { 'aria-labelledby': 'h-trace-summary', id: 'trace-summary' });
+  const waterfall = h('section', { 'aria-labelledby': 'h-waterfall' });
+  const detail = h('section', { 'aria-labelledby': 'h-span', id: 'span-detail', class: 'span-detail' },
+    h('h2', { id: 'h-span' }, 'Span'), h('p', { class: 'muted' }, 'Choose a span to see its attributes.'));
+  const reload = h('button', { type: 'button', id: 'trace-reload', onclick: () => load() }, 'Reload');
+  page(`Trace of workflow ${short(id)}`,
+    h('p', {}, h('a', { href: `#/workflows/${encodeURIComponent(id)}` }, '← Back to the workflow'), ' ', reload),
+    summary, h('div', { class: 'trace-split' }, waterfall, detail));
+  document.getElementById('main').classList.add('wide');
+
+  const showSpan = (s, btn) => {
+    for (const b of waterfall.querySelectorAll('button[aria-pressed="true"]')) b.setAttribute('aria-pressed', 'false');
+    if (btn) btn.setAttribute('aria-pressed', 'true');
+    detail.replaceChildren(h('h2', { id: 'h-span' }, s.name),
+      h('dl', { class: 'summary' },
+        h('dt', {}, 'Service'), h('dd', {}, s.service),
+        h('dt', {}, 'Start'), h('dd', {}, `+${fmtMicros(s.startUs)}`),
+        h('dt', {}, 'Duration'), h('dd', {}, fmtMicros(s.durationUs)),
+        h('dt', {}, 'Status'), h('dd', { class: s.error ? 'error' : '' }, s.error ? 'error' : 'ok'),
+        h('dt', {}, 'Span id'), h('dd', {}, h('code', {}, s.spanId))),
+      h('h3', {}, 'Attributes'),
+      (s.attrs || []).length ? h('table', { class: 'list attrs', id: 'span-attrs' },
+        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
+        h('tbody', {}, s.attrs.map((a) => h('tr', { class: a.key.startsWith('gen_ai.') ? 'genai' : '' },
+          h('td', {}, h('code', {}, a.key)), h('td', {}, h('pre', { class: 'inline' }, a.value))))))
+        : h('p', { class: 'muted' }, 'No attributes.'));
+  };
+
+  const load = async () => {
+    let tr;
+    try {
+      tr = await api(`/api/workflows/${encodeURIComponent(id)}/trace`);
+    } catch (err) {
+      summary.replaceChildren(h('h2', { id: 'h-trace-summary', class: 'visually-hidden' }, 'Summary'), errorBox(err));
+      waterfall.replaceChildren();
+      return;
+    }
+    const spans = tr.spans || [];
+    const count = new Map();
+    for (const s of spans) count.set(s.service, (count.get(s.service) || 0) + 1);
+    const services = tr.services || [];
+    const color = new Map(services.map((s, i) => [s, `svc-${i % 8}`]));
+    summary.replaceChildren(h('h2', { id: 'h-trace-summary', class: 'visually-hidden' }, 'Summary'),
+      h('dl', { class: 'summary' },
+        h('dt', {}, 'Trace'), h('dd', {}, h('code', { id: 'trace-id' }, tr.traceId)),
+        h('dt', {}, 'Spans'), h('dd', { id: 'trace-count' }, `${spans.length}${tr.truncated ? ' (more left out)' : ''}`),
+        h('dt', {}, 'Duration'), h('dd', {}, fmtMicros(tr.durationUs)),
+        h('dt', {}, 'Started'), h('dd', {}, new Date(ms(tr.start)).toLocaleString()),
+        h('dt', {}, 'Services'), h('dd', {}, h('ul', { class: 'legend', id: 'trace-services' }, services.map((s) =>
+          h('li', { 'data-service': s }, h('span', { class: `swatch ${color.get(s)}`, 'aria-hidden': 'true' }), `${s} (${count.get(s) || 0})`)))),
+        h('dt', {}, 'From'), h('dd', {}, tr.source),
+        (tr.otherTraces || []).length ? [h('dt', {}, 'Other traces'), h('dd', {}, tr.otherTraces.join(', '))] : null));
+    const total = Math.max(Number(tr.durationUs) || 0, 1);
+    const rows = spanTree(spans).map(({ span: s, depth }) => {
+      const btn = h('button', { type: 'button', class: 'link span-name', 'aria-pressed': 'false', title: s.name, onclick: () => showSpan(s, btn) }, s.name);
+      const nameCell = h('td', { class: 'span-cell' }, btn, s.error ? h('span', { class: 'badge st-failed' }, 'error') : null);
+      nameCell.style.paddingLeft = `${8 + depth * 16}px`;
+      const bar = h('div', { class: `bar ${color.get(s.service)}${s.error ? ' bar-error' : ''}` });
+      bar.style.marginLeft = `${(100 * (Number(s.startUs) || 0)) / total}%`;
+      bar.style.width = `${Math.max((100 * (Number(s.durationUs) || 0)) / total, 0.4)}%`;
+      return h('tr', { class: s.error ? 'span-row span-error' : 'span-row', 'data-service': s.service, 'data-depth': depth },
+        nameCell, h('td', {}, s.service), h('td', { class: 'num' }, `+${fmtMicros(s.startUs)}`),
+        h('td', { class: 'num' }, fmtMicros(s.durationUs)), h('td', { class: 'timeline', 'aria-hidden': 'true' }, h('div', { class: 'track' }, bar)));
+    });
+    waterfall.replaceChildren(h('h2', { id: 'h-waterfall' }, 'Waterfall'),
+      h('table', { class: 'list waterfall', id: 'waterfall' },
+        h('caption', { class: 'visually-hidden' }, 'The trace\'s spans, nested by parent, with their start after the first span and their duration'),
+        h('thead', {}, h('tr', {}, ['Span', 'Service', 'Start', 'Duration', 'Timeline'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, rows)));
+    announce(`Trace loaded: ${spans.length} spans`);
+  };
+  await load();
 }
 
 // limitName and limitText describe a PendingApproval's limit_request.
@@ -593,7 +704,10 @@ async function route() {
   }
   try {
     switch (parts[0]) {
-      case 'workflows': await (parts[1] ? workflowPage(parts[1]) : workflowsPage(params)); break;
+      case 'workflows':
+        if (parts[1] && parts[2] === 'trace') await tracePage(parts[1]);
+        else await (parts[1] ? workflowPage(parts[1]) : workflowsPage(params));
+        break;
       case 'approvals': await approvalsPage(); break;
       case 'agents': await (parts[1] ? agentPage(parts[1]) : agentsPage()); break;
       case 'state': await statePage(params); break;
