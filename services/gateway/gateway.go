@@ -11,9 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -28,9 +26,6 @@ import (
 // Event types of the orchestrator's workflow log that the gateway acts on.
 const (
 	eventSuspended      = "orchestrator.workflow.suspended"
-	eventCompleted      = "orchestrator.workflow.completed"
-	eventFailed         = "orchestrator.workflow.failed"
-	eventCanceled       = "orchestrator.workflow.canceled"
 	eventSignalAccepted = "orchestrator.signal.accepted"
 )
 
@@ -324,10 +319,7 @@ type Update struct {
 // of the call running then starts again from that call's start). fn may
 // be nil; returning false stops following (Follow then
 // returns context.Canceled).
-//
-// Without Progress, once the workflow's ending event (completed, failed,
-// canceled) is in, Follow takes whichever comes first: the stream's end
-// or the record (ended). It returns on a suspension with the record.
+// It returns on a suspension with the record.
 func (g *Gateway) Follow(ctx context.Context, id string, o FollowOptions, fn func(Update) bool) (*orchestratorv1.Workflow, error) {
 	var after uint64
 	failures := 0
@@ -395,11 +387,9 @@ func (g *Gateway) follow(ctx context.Context, id string, o FollowOptions, fn fun
 			if fn != nil && !fn(Update{Event: ev}) {
 				return nil, false, context.Canceled
 			}
-			switch t := ev.GetObservable().GetEventType(); {
-			case !o.Progress && (t == eventCompleted || t == eventFailed || t == eventCanceled):
-				wf, err := g.ended(ctx, id, stream)
-				return wf, false, err
-			case t == eventSuspended:
+			// After an ending event the stream's end follows at once (the
+			// orchestrator ends it when the run ends).
+			if ev.GetObservable().GetEventType() == eventSuspended {
 				wf, err := g.getWorkflow(ctx, id)
 				if err != nil {
 					return nil, false, err
@@ -410,55 +400,6 @@ func (g *Gateway) follow(ctx context.Context, id string, o FollowOptions, fn fun
 				// It went on meanwhile (a signal woke it): keep watching.
 			}
 		}
-	}
-}
-
-// endWait is how long ended waits for the stream's end before it also
-// asks for the record.
-const endWait = 2 * time.Millisecond
-
-// ended returns workflow id once stream has delivered its ending event
-// (committed with its status). The stream's end usually follows at once,
-// but the orchestrator sends it only once it has let the run go, and a
-// watch that looked a moment too early waits for its next poll (up to a
-// second by default): so after endWait the record is read instead, and
-// the stream waited for only when the record still says running (an
-// engine that records the status after the event).
-func (g *Gateway) ended(ctx context.Context, id string, stream grpc.ServerStreamingClient[orchestratorv1.WatchWorkflowResponse]) (*orchestratorv1.Workflow, error) {
-	got := make(chan *orchestratorv1.Workflow, 2)
-	go func() {
-		m, err := stream.Recv()
-		if err != nil {
-			got <- nil
-			return
-		}
-		got <- m.GetEnd()
-	}()
-	timer := time.NewTimer(endWait)
-	defer timer.Stop()
-	select {
-	case wf := <-got:
-		if wf != nil {
-			return wf, nil
-		}
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case <-timer.C:
-	}
-	// The stream has not ended (or ended without the workflow): the
-	// record says where the workflow stopped.
-	wf, err := g.getWorkflow(ctx, id)
-	if err != nil || wf.GetStatus() != orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING {
-		return wf, err
-	}
-	select {
-	case end := <-got:
-		if end != nil {
-			return end, nil
-		}
-		return g.getWorkflow(ctx, id)
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
