@@ -172,7 +172,9 @@ func (x *execCall) run(ctx context.Context, argv []string) (*ExecResult, error) 
 
 	var p *execPipes
 	if x.tty {
-		p, err = openTerminal(x.size)
+		// A backend that keeps the sandbox runs the command on a
+		// terminal of its own: this one then only carries bytes.
+		p, err = openTerminal(x.size, sb.host != nil)
 	} else {
 		p, err = openPipes()
 	}
@@ -181,8 +183,9 @@ func (x *execCall) run(ctx context.Context, argv []string) (*ExecResult, error) 
 	}
 	defer p.closeParent()
 	signals := make(chan syscall.Signal, 4)
+	resizes := make(chan *environmentv1.TerminalSize, 4)
 	ended := make(chan struct{})
-	go x.receive(cancel, p, signals, ended)
+	go x.receive(cancel, p, signals, resizes, ended)
 	var pumps sync.WaitGroup
 	for _, o := range p.outputs() {
 		pumps.Add(1)
@@ -192,7 +195,9 @@ func (x *execCall) run(ctx context.Context, argv []string) (*ExecResult, error) 
 		}()
 	}
 	inv.Log.Info("sandbox exec", "sandbox", sb.id, "backend", backend.Name(), "argv0", argv[0], "tty", x.tty)
-	res, err := exe.ExecStream(ctx, inv, argv, p.wiring(signals))
+	wiring := p.wiring(signals)
+	wiring.Resizes = resizes
+	res, err := exe.ExecStream(ctx, inv, argv, wiring)
 	close(ended)
 	// Every process of the command is gone: once what it wrote is read,
 	// the readers see the end.
@@ -230,7 +235,7 @@ func (x *execCall) run(ctx context.Context, argv []string) (*ExecResult, error) 
 // read), close_stdin (or the client closing its side) ends its input, a
 // signal is delivered, a resize resizes the terminal. A bad message, or
 // the client going away, stops the command.
-func (x *execCall) receive(cancel context.CancelFunc, p *execPipes, signals chan<- syscall.Signal, ended <-chan struct{}) {
+func (x *execCall) receive(cancel context.CancelFunc, p *execPipes, signals chan<- syscall.Signal, resizes chan<- *environmentv1.TerminalSize, ended <-chan struct{}) {
 	fail := func(err error) {
 		x.recvMu.Lock()
 		x.recvErr = err
@@ -287,6 +292,10 @@ func (x *execCall) receive(cancel context.CancelFunc, p *execPipes, signals chan
 			}
 			if err := p.resize(k.Resize); err != nil {
 				x.s.cfg.Log.Warn("resizing a sandbox terminal", "sandbox", x.sb.id, "error", err.Error())
+			}
+			select {
+			case resizes <- k.Resize:
+			default: // the backend is behind; the terminal has the size
 			}
 		default:
 			fail(fmt.Errorf("a second start: %w", errs.InvalidArgument))

@@ -25,10 +25,21 @@ const (
 // /dev/pts or /dev/ptmx, and its seccomp filter refuses TIOCSTI and
 // TIOCLINUX, so the command cannot type into any terminal, its own
 // included.
-func openTerminal(sz *environmentv1.TerminalSize) (*execPipes, error) {
+//
+// With raw, the terminal is set raw (no echo, no line editing, no
+// signal characters, no output processing): it only carries bytes to a
+// terminal of the backend's own (a container's), which does all that.
+func openTerminal(sz *environmentv1.TerminalSize, raw bool) (*execPipes, error) {
 	ctl, follower, err := pty.Open()
 	if err != nil {
 		return nil, fmt.Errorf("opening a pseudo-terminal: %w", err)
+	}
+	if raw {
+		if err := makeRaw(follower); err != nil {
+			ctl.Close()
+			follower.Close()
+			return nil, fmt.Errorf("setting the pseudo-terminal raw: %w", err)
+		}
 	}
 	rows, cols := uint16(defaultRows), uint16(defaultCols)
 	if sz != nil {
@@ -75,6 +86,32 @@ func setSize(f *os.File, rows, cols uint16) error {
 	var ioErr error
 	if err := rc.Control(func(fd uintptr) {
 		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// makeRaw sets terminal f raw, as cfmakeraw(3) does.
+func makeRaw(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+		if err != nil {
+			ioErr = err
+			return
+		}
+		t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+		t.Oflag &^= unix.OPOST
+		t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+		t.Cflag &^= unix.CSIZE | unix.PARENB
+		t.Cflag |= unix.CS8
+		t.Cc[unix.VMIN], t.Cc[unix.VTIME] = 1, 0
+		ioErr = unix.IoctlSetTermios(int(fd), unix.TCSETS, t)
 	}); err != nil {
 		return err
 	}

@@ -334,6 +334,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// Sandboxes a backend keeps (containers) do not outlive the service.
+	defer es.closeSandboxes()
 	environmentv1.RegisterEnvironmentServiceServer(srv, es)
 	lis := cfg.Listener
 	if lis == nil {

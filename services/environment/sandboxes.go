@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	operatorv1 "github.com/secbear/neuron/gen/layer0/operator/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/environment/workspace"
 )
@@ -35,16 +36,25 @@ type sandboxSession struct {
 	backend string
 	idle    time.Duration
 	timer   *time.Timer
+	// host keeps the sandbox on the backend's platform; nil: the
+	// service's store keeps its workspace and each command gets a
+	// fresh sandbox.
+	host SandboxHost
 }
+
+// sandboxCloseTimeout bounds the removal of a sandbox a backend keeps.
+const sandboxCloseTimeout = time.Minute
 
 // sandboxes are a server's sandbox sessions.
 type sandboxes struct {
 	mu  sync.Mutex
 	all map[string]*sandboxSession
+	// opening counts sandboxes being made.
+	opening int
 }
 
 // CreateSandbox implements EnvironmentService.CreateSandbox.
-func (s *Server) CreateSandbox(_ context.Context, req *environmentv1.CreateSandboxRequest) (*environmentv1.CreateSandboxResponse, error) {
+func (s *Server) CreateSandbox(ctx context.Context, req *environmentv1.CreateSandboxRequest) (*environmentv1.CreateSandboxResponse, error) {
 	if req.GetSpec() == nil {
 		return nil, fmt.Errorf("spec is required: %w", errs.InvalidArgument)
 	}
@@ -68,7 +78,7 @@ func (s *Server) CreateSandbox(_ context.Context, req *environmentv1.CreateSandb
 		return nil, err
 	}
 	if _, ok := b.(StreamExecutor); !ok {
-		return nil, fmt.Errorf("the %s backend runs no sandbox sessions (the process backend does): %w", b.Name(), errs.FailedPrecondition)
+		return nil, fmt.Errorf("the %s backend runs no sandbox sessions (the process and docker backends do): %w", b.Name(), errs.FailedPrecondition)
 	}
 	idle := DefaultSandboxIdle
 	if d := req.GetIdleTimeout(); d != nil {
@@ -80,18 +90,27 @@ func (s *Server) CreateSandbox(_ context.Context, req *environmentv1.CreateSandb
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	sb := &sandboxSession{id: "sbx-" + hex.EncodeToString(raw[:]), spec: spec, backend: b.Name(), idle: idle}
-	if err := os.Mkdir(s.cfg.Workspaces.Path(workspace.SandboxName(sb.id)), 0o700); err != nil {
-		return nil, fmt.Errorf("creating the sandbox's workspace: %v: %w", err, errs.Internal)
-	}
+	sb.host, _ = b.(SandboxHost)
+	// The slot is taken before anything is made, so that no more than
+	// MaxSandboxes are ever being made or kept.
 	s.sb.mu.Lock()
 	if s.sb.all == nil {
 		s.sb.all = map[string]*sandboxSession{}
 	}
-	if len(s.sb.all) >= MaxSandboxes {
+	if len(s.sb.all)+s.sb.opening >= MaxSandboxes {
 		s.sb.mu.Unlock()
-		_, _ = s.cfg.Workspaces.Delete(context.Background(), workspace.SandboxName(sb.id))
 		return nil, fmt.Errorf("this environment service already keeps %d sandboxes; close one first: %w", MaxSandboxes, errs.ResourceExhausted)
 	}
+	s.sb.opening++
+	s.sb.mu.Unlock()
+	if err := s.openSandbox(ctx, sb); err != nil {
+		s.sb.mu.Lock()
+		s.sb.opening--
+		s.sb.mu.Unlock()
+		return nil, err
+	}
+	s.sb.mu.Lock()
+	s.sb.opening--
 	s.sb.all[sb.id] = sb
 	sb.timer = time.AfterFunc(idle, func() {
 		s.cfg.Log.Info("sandbox idle: closed", "sandbox", sb.id, "idle_timeout", idle.String())
@@ -118,10 +137,58 @@ func (s *Server) closeSandbox(id string) bool {
 		return false
 	}
 	sb.timer.Stop()
+	if sb.host != nil {
+		// After a command running in it ends (Exec holds the lock).
+		ctx, cancel := context.WithTimeout(context.Background(), sandboxCloseTimeout)
+		defer cancel()
+		name := workspace.SandboxName(id)
+		unlock, err := s.cfg.Workspaces.Lock(ctx, name)
+		if err == nil {
+			defer unlock()
+		}
+		if err := sb.host.CloseSandbox(ctx, name); err != nil {
+			s.cfg.Log.Warn("removing a sandbox", "sandbox", id, "backend", sb.backend, "error", err.Error())
+		}
+		return true
+	}
 	if _, err := s.cfg.Workspaces.Delete(context.Background(), workspace.SandboxName(id)); err != nil {
 		s.cfg.Log.Warn("removing a sandbox's workspace", "sandbox", id, "error", err.Error())
 	}
 	return true
+}
+
+// openSandbox makes sandbox sb's workspace, in the service's store, or,
+// on a backend that keeps sandboxes itself, the sandbox on its platform.
+func (s *Server) openSandbox(ctx context.Context, sb *sandboxSession) error {
+	name := workspace.SandboxName(sb.id)
+	if sb.host == nil {
+		if err := os.Mkdir(s.cfg.Workspaces.Path(name), 0o700); err != nil {
+			return fmt.Errorf("creating the sandbox's workspace: %v: %w", err, errs.Internal)
+		}
+		return nil
+	}
+	inv, _, err := s.prepare(ctx, &environmentv1.RunRequest{Input: &operatorv1.OperatorInput{}, Spec: sb.spec})
+	if err != nil {
+		return err
+	}
+	inv.Workspace = &Workspace{Name: name, store: s.cfg.Workspaces}
+	if err := sb.host.OpenSandbox(ctx, inv); err != nil {
+		return s.scrubError(inv.scrubber, err)
+	}
+	return nil
+}
+
+// closeSandboxes closes every sandbox (the service is stopping).
+func (s *Server) closeSandboxes() {
+	s.sb.mu.Lock()
+	ids := make([]string, 0, len(s.sb.all))
+	for id := range s.sb.all {
+		ids = append(ids, id)
+	}
+	s.sb.mu.Unlock()
+	for _, id := range ids {
+		s.closeSandbox(id)
+	}
 }
 
 // lookup returns sandbox id, its idle timer stopped while a command

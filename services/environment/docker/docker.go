@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/moby/moby/client"
 
@@ -130,6 +131,10 @@ type Backend struct {
 	// afterCreate, when set (by tests), is called with each container's
 	// id right after it is created and before it starts.
 	afterCreate func(ctx context.Context, id string)
+
+	// boxes are the sandbox sessions' containers, by workspace name.
+	boxMu sync.Mutex
+	boxes map[string]*box
 }
 
 var _ environment.Backend = (*Backend)(nil)

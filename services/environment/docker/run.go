@@ -169,27 +169,7 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 			// container that the backend never asked for.
 			Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 		},
-		HostConfig: &container.HostConfig{
-			NetworkMode:    "none",
-			ReadonlyRootfs: true,
-			// The only writable places, each of a fixed size: the
-			// workspace holds at most the disk limit (a workspace
-			// volume: its cap, checked before and after the run).
-			Tmpfs:       tmpfs,
-			ShmSize:     shmSize,
-			Mounts:      mounts,
-			Privileged:  false,
-			CapDrop:     []string{"ALL"},
-			SecurityOpt: []string{"no-new-privileges"},
-			// Namespaces of its own, whatever the engine's defaults.
-			IpcMode:      container.IPCModePrivate,
-			CgroupnsMode: container.CgroupnsModePrivate,
-			// Output travels over the attach stream only; the engine
-			// keeps no copy of it.
-			LogConfig: container.LogConfig{Type: "none"},
-			Runtime:   b.runtimeFor(inv.Spec),
-			Resources: resources(inv.Limits),
-		},
+		HostConfig: b.hostConfig(inv, tmpfs, mounts),
 	})
 	if err != nil {
 		if ctx.Err() == nil && cerrdefs.IsNotFound(err) {
@@ -334,6 +314,34 @@ func (b *Backend) run(ctx context.Context, inv *environment.Invocation, id strin
 		return nil, err
 	}
 	return &environment.Result{Output: out, Usage: usage, Logs: logs}, nil
+}
+
+// hostConfig is the isolation of every container that runs the
+// invocation's code (a run's, a sandbox session's): no network, a
+// read-only root, no privilege or capability, namespaces of its own,
+// the invocation's limits, and only tmpfs and mounts writable.
+func (b *Backend) hostConfig(inv *environment.Invocation, tmpfs map[string]string, mounts []mount.Mount) *container.HostConfig {
+	return &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		// The only writable places, each of a fixed size: the
+		// workspace holds at most the disk limit (a workspace
+		// volume: its cap, checked before and after the run).
+		Tmpfs:       tmpfs,
+		ShmSize:     shmSize,
+		Mounts:      mounts,
+		Privileged:  false,
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		// Namespaces of its own, whatever the engine's defaults.
+		IpcMode:      container.IPCModePrivate,
+		CgroupnsMode: container.CgroupnsModePrivate,
+		// Output travels over the attach stream only; the engine
+		// keeps no copy of it.
+		LogConfig: container.LogConfig{Type: "none"},
+		Runtime:   b.runtimeFor(inv.Spec),
+		Resources: resources(inv.Limits),
+	}
 }
 
 // limits returns l with the backend's defaults in each zero (or, from an
