@@ -529,7 +529,9 @@ async function tracePage(id) {
         (tr.otherTraces || []).length ? [h('dt', {}, 'Other traces'), h('dd', {}, tr.otherTraces.join(', '))] : null));
     const total = Math.max(Number(tr.durationUs) || 0, 1);
     const rows = spanTree(spans).map(({ span: s, depth }) => {
-      const btn = h('button', { type: 'button', class: 'link span-name', 'aria-pressed': 'false', title: s.name, onclick: () => showSpan(s, btn) }, s.name);
+      // gRPC spans by service and method, without the proto package.
+      const label = s.name.replace(/^layer0\.[a-z_]+\.v\d+\./, '');
+      const btn = h('button', { type: 'button', class: 'link span-name', 'aria-pressed': 'false', title: s.name, onclick: () => showSpan(s, btn) }, label);
       const nameCell = h('td', { class: 'span-cell' }, btn, s.error ? h('span', { class: 'badge st-failed' }, 'error') : null);
       nameCell.style.paddingLeft = `${8 + depth * 16}px`;
       const bar = h('div', { class: `bar ${color.get(s.service)}${s.error ? ' bar-error' : ''}` });
