@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,18 @@ var errUnchecked = errors.New("egress: destination was not checked")
 
 // handle serves one client request.
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
+	if p.auth != "" {
+		got := r.Header.Get("Proxy-Authorization")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(p.auth)) != 1 {
+			p.recordDenial("no valid proxy token")
+			p.log.Info("egress denied", "reason", "no valid proxy token")
+			w.Header().Set("Proxy-Authenticate", `Basic realm="neuron-egress"`)
+			http.Error(w, "egress: proxy authentication required", http.StatusProxyAuthRequired)
+			return
+		}
+	}
+	// The token is the proxy's: it never goes upstream.
+	r.Header.Del("Proxy-Authorization")
 	if r.Method == http.MethodConnect {
 		p.serveConnect(w, r)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +88,13 @@ type Config struct {
 	// hash (see Stats.Denials), and every record is scrubbed of Secrets
 	// and the credential values.
 	Log *slog.Logger
+	// Token, when set, is required of every client request as
+	// "Proxy-Authorization: Basic base64(neuron:Token)" (what an HTTP
+	// client sends for a proxy URL http://neuron:Token@host:port);
+	// a request without it is answered 407 and never forwarded. A proxy
+	// on a TCP port needs it: a network policy tells pods apart by
+	// address, not invocations whose policies both reach the port.
+	Token string
 	// Secrets are the values the proxy's logs must never contain: every
 	// value injected into the invocation, whatever its injection. The
 	// Credentials' values are added. Each is replaced in every log record
@@ -149,6 +157,9 @@ type Proxy struct {
 	hosts        hostAddrs       // this host's own addresses, refused
 	known        map[string]bool // names logged verbatim (see logDest)
 	logKey       [32]byte        // the key of logDest's hash
+	// auth is the Proxy-Authorization every request must carry; ""
+	// when Config.Token is unset.
+	auth string
 
 	srv   *http.Server
 	plain *httputil.ReverseProxy
@@ -178,6 +189,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{
+		auth:        proxyAuth(cfg.Token),
 		policy:      policy,
 		creds:       make(map[string]*credential, len(cfg.Credentials)),
 		static:      make(map[string]string, len(cfg.StaticHosts)),
@@ -264,6 +276,18 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	return p, nil
 }
+
+// proxyAuth is the Proxy-Authorization header value of token: Basic
+// with user "neuron"; "" for no token.
+func proxyAuth(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte("neuron:"+token))
+}
+
+// ProxyUser is the user name of a proxy URL carrying Config.Token.
+const ProxyUser = "neuron"
 
 // cmp returns v, or def when v is zero.
 func cmp[T comparable](v, def T) T {
