@@ -634,6 +634,7 @@ const closeFlushTimeout = 10 * time.Second
 // is not persisted is caught up from the change log on the next open.
 func (s *searchIndex) close() error {
 	s.stopIndexer()
+	defer s.vectors.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.catchUp(); err != nil {

@@ -387,6 +387,7 @@ func (p *Postgres) Close() error {
 		return nil
 	}
 	p.pool.Close()
+	p.vectors.idx.close()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/pkg/embed"
@@ -95,9 +96,20 @@ func decodeVector(b []byte) ([]float32, error) {
 // backend searches its documents exactly instead.
 //
 // Each scope keeps its entries (for exact search) and, once it holds
-// annMin vectors of one dimension count, an HNSW graph of those (built
-// then from the entries, and kept in step by set after). The graph is
-// dropped when the scope falls below annMin/2 of them.
+// annMin vectors of one dimension count, an HNSW graph of those, kept in
+// step by set after. The graph is dropped when the scope falls below
+// annMin/2 of them.
+//
+// Graphs are built in the background: set never waits for a build, nor
+// does search, which answers exactly until the graph is ready. Crossing
+// annMin starts a build goroutine from a snapshot of the scope's
+// vectors of that dimension count (hnsw.Build, over the cores); changes
+// made meanwhile are queued and applied to the new graph before it goes
+// in (or, when they outnumber half the snapshot, as at open, the build
+// starts again from a new snapshot). Once a graph's tombstones
+// (overwritten and deleted keys) outnumber its live keys, a new graph is
+// built the same way while the old one keeps answering. One build runs
+// at a time; close stops them.
 type vectorIndex struct {
 	mu     sync.RWMutex
 	scopes map[string]*vecScope // by encoded scope
@@ -105,6 +117,13 @@ type vectorIndex struct {
 	// annMin is the fewest vectors of the query's dimensions for which a
 	// scope is searched through its graph (annMin by default).
 	annMin int
+	closed bool
+	builds sync.WaitGroup // build goroutines
+	// buildSem lets one build run at a time (each uses every core).
+	buildSem chan struct{}
+	// buildHook, when set (by tests, before any set), is called by each
+	// build goroutine before it builds.
+	buildHook func()
 }
 
 type vecScope struct {
@@ -112,6 +131,22 @@ type vecScope struct {
 	pos     map[string]int // key -> index in entries
 	dims    map[int]int    // dimension count -> entries with it
 	graphs  map[int]*hnsw.Graph[string]
+	builds  map[int]*graphBuild // in progress, by dimension count
+}
+
+// graphBuild is a graph being built in the background for one scope and
+// dimension count.
+type graphBuild struct {
+	stop atomic.Bool
+	// pending holds the changes to the scope's vectors of this dimension
+	// count since the build's snapshot, in order (vec nil: removed).
+	// Guarded by vectorIndex.mu.
+	pending []vecChangeOf
+}
+
+type vecChangeOf struct {
+	key string
+	vec []float32
 }
 
 type vecEntry struct {
@@ -132,7 +167,110 @@ const annMin = 4096
 const annEf = hnsw.DefaultEfSearch
 
 func newVectorIndex() *vectorIndex {
-	return &vectorIndex{scopes: map[string]*vecScope{}, annMin: annMin}
+	return &vectorIndex{scopes: map[string]*vecScope{}, annMin: annMin, buildSem: make(chan struct{}, 1)}
+}
+
+// graphConfig is the configuration of every scope graph: the vector
+// index rebuilds graphs itself, in the background.
+func graphConfig(dims int) hnsw.Config {
+	return hnsw.Config{Seed: uint64(dims), NoCompact: true}
+}
+
+// close stops the background builds and waits for them to return.
+func (x *vectorIndex) close() {
+	x.mu.Lock()
+	x.closed = true
+	for _, sc := range x.scopes {
+		for d, b := range sc.builds {
+			b.stop.Store(true)
+			delete(sc.builds, d)
+		}
+	}
+	x.mu.Unlock()
+	x.builds.Wait()
+}
+
+// settle waits until no build is running (for tests and benchmarks,
+// which then see the graphs the builds made).
+func (x *vectorIndex) settle() { x.builds.Wait() }
+
+// startBuild starts building scope sc's graph of its d-dimension vectors
+// in the background. The caller holds x.mu for writing.
+func (x *vectorIndex) startBuild(enc string, sc *vecScope, d int) {
+	if x.closed || sc.builds[d] != nil {
+		return
+	}
+	b := &graphBuild{}
+	sc.builds[d] = b
+	keys, vecs := sc.snapshot(d)
+	x.builds.Add(1)
+	go x.build(enc, sc, d, b, keys, vecs)
+}
+
+// snapshot returns the keys and vectors of sc's d-dimension entries.
+func (sc *vecScope) snapshot(d int) ([]string, [][]float32) {
+	keys, vecs := make([]string, 0, sc.dims[d]), make([][]float32, 0, sc.dims[d])
+	for _, e := range sc.entries {
+		if len(e.vec) == d {
+			keys = append(keys, e.key)
+			vecs = append(vecs, e.vec)
+		}
+	}
+	return keys, vecs
+}
+
+// build is the goroutine of a graphBuild: it builds the graph of the
+// snapshot, applies the changes queued meanwhile and puts the graph in
+// the scope, unless the build was stopped (the scope shrank, the index
+// closed) or the queue grew past half the snapshot (then it starts again
+// from a new snapshot).
+func (x *vectorIndex) build(enc string, sc *vecScope, d int, b *graphBuild, keys []string, vecs [][]float32) {
+	defer x.builds.Done()
+	if x.buildHook != nil {
+		x.buildHook()
+	}
+	x.buildSem <- struct{}{}
+	defer func() { <-x.buildSem }()
+	for {
+		g := hnsw.Build(graphConfig(d), keys, vecs, runtime.GOMAXPROCS(0), b.stop.Load)
+		for g != nil {
+			x.mu.Lock()
+			if b.stop.Load() || sc.builds[d] != b {
+				x.mu.Unlock()
+				return
+			}
+			queued := b.pending
+			b.pending = nil
+			if len(queued) > max(64, len(keys)/2) {
+				keys, vecs = sc.snapshot(d)
+				x.mu.Unlock()
+				break // build again from the new snapshot
+			}
+			if len(queued) <= 64 {
+				applyQueued(g, queued)
+				delete(sc.builds, d)
+				sc.graphs[d] = g
+				x.mu.Unlock()
+				return
+			}
+			x.mu.Unlock()
+			applyQueued(g, queued) // the graph is not in use yet
+		}
+		if g == nil {
+			return // stopped
+		}
+	}
+}
+
+// applyQueued applies queued changes to g, in order.
+func applyQueued(g *hnsw.Graph[string], queued []vecChangeOf) {
+	for _, c := range queued {
+		if c.vec == nil {
+			g.Delete(c.key)
+		} else {
+			g.Set(c.key, c.vec)
+		}
+	}
 }
 
 // set stores key's vector (normalized), or removes the key when vec is
@@ -149,7 +287,7 @@ func (x *vectorIndex) set(enc, key string, rev uint64, vec []float32) {
 		if !ok {
 			return
 		}
-		sc.untrack(key, len(sc.entries[i].vec), x.annMin)
+		x.untrack(enc, sc, key, len(sc.entries[i].vec))
 		last := len(sc.entries) - 1
 		if i != last {
 			sc.entries[i] = sc.entries[last]
@@ -160,16 +298,19 @@ func (x *vectorIndex) set(enc, key string, rev uint64, vec []float32) {
 		delete(sc.pos, key)
 		x.count--
 		if len(sc.entries) == 0 {
+			for _, b := range sc.builds {
+				b.stop.Store(true)
+			}
 			delete(x.scopes, enc)
 		}
 		return
 	}
 	if sc == nil {
-		sc = &vecScope{pos: map[string]int{}, dims: map[int]int{}, graphs: map[int]*hnsw.Graph[string]{}}
+		sc = &vecScope{pos: map[string]int{}, dims: map[int]int{}, graphs: map[int]*hnsw.Graph[string]{}, builds: map[int]*graphBuild{}}
 		x.scopes[enc] = sc
 	}
 	if i, ok := sc.pos[key]; ok {
-		sc.untrack(key, len(sc.entries[i].vec), x.annMin)
+		x.untrack(enc, sc, key, len(sc.entries[i].vec))
 		sc.entries[i] = vecEntry{key: key, rev: rev, vec: vec}
 	} else {
 		sc.pos[key] = len(sc.entries)
@@ -178,35 +319,44 @@ func (x *vectorIndex) set(enc, key string, rev uint64, vec []float32) {
 	}
 	d := len(vec)
 	sc.dims[d]++
+	if b := sc.builds[d]; b != nil {
+		b.pending = append(b.pending, vecChangeOf{key: key, vec: vec})
+	}
 	if g := sc.graphs[d]; g != nil {
 		g.Set(key, vec)
-	} else if sc.dims[d] >= x.annMin {
-		g := hnsw.New[string](hnsw.Config{Seed: uint64(d)})
-		for _, e := range sc.entries {
-			if len(e.vec) == d {
-				g.Set(e.key, e.vec)
-			}
+		if g.NeedsCompaction() {
+			x.startBuild(enc, sc, d)
 		}
-		sc.graphs[d] = g
+	} else if sc.dims[d] >= x.annMin {
+		x.startBuild(enc, sc, d)
 	}
 }
 
-// untrack takes key's vector of d dimensions out of the counts and the
-// graph, dropping the graph when it falls below half of annMin.
-func (sc *vecScope) untrack(key string, d, annMin int) {
+// untrack takes key's vector of d dimensions out of scope sc's counts,
+// graph and build, dropping (or stopping) the graph when it falls below
+// half of annMin. The caller holds x.mu for writing.
+func (x *vectorIndex) untrack(enc string, sc *vecScope, key string, d int) {
 	sc.dims[d]--
 	if sc.dims[d] == 0 {
 		delete(sc.dims, d)
 	}
-	g := sc.graphs[d]
-	if g == nil {
-		return
-	}
-	if sc.dims[d] < annMin/2 {
+	if sc.dims[d] < x.annMin/2 {
 		delete(sc.graphs, d)
+		if b := sc.builds[d]; b != nil {
+			b.stop.Store(true)
+			delete(sc.builds, d)
+		}
 		return
 	}
-	g.Delete(key)
+	if b := sc.builds[d]; b != nil {
+		b.pending = append(b.pending, vecChangeOf{key: key})
+	}
+	if g := sc.graphs[d]; g != nil {
+		g.Delete(key)
+		if g.NeedsCompaction() {
+			x.startBuild(enc, sc, d)
+		}
+	}
 }
 
 // size is the number of vectors held.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/secbear/neuron/services/state/internal/hnsw"
 	"github.com/secbear/neuron/services/state/internal/vecsynth"
 )
 
@@ -53,6 +54,7 @@ func TestVectorRecall(t *testing.T) {
 		x.set("b", fmt.Sprintf("k%05d", i), uint64(i+1), data.Next())
 	}
 	x.set("small", "only", 1, data.Next())
+	x.settle()
 	if g := x.scopes["a"].graphs[dims]; g == nil || g.Len() != n {
 		t.Fatalf("scope a (%d vectors, annMin %d) has no graph of them all", n, x.annMin)
 	}
@@ -113,5 +115,85 @@ func TestVectorRecall(t *testing.T) {
 	}
 	if r := annRecall(t, x, "b", queries[:10], 10); r != 1 {
 		t.Errorf("recall of exact search: %v", r)
+	}
+}
+
+// TestVectorSearchDuringBuild: a scope crossing annMin gets its graph
+// built in the background; while the build is held (by the test's hook),
+// searches answer at once, exactly, and writes and deletes go on; the
+// graph then goes in with those changes applied (no deleted key, the
+// overwritten keys' new vectors), and searches go through it. With the
+// build made synchronous again (searches waiting for it), the search
+// below would block on the held build and the test would time out.
+func TestVectorSearchDuringBuild(t *testing.T) {
+	const dims, n = 64, 300
+	data := vecsynth.New(9, dims, 10)
+	x := newVectorIndex()
+	defer x.close()
+	x.annMin = 200
+	started, release := make(chan struct{}), make(chan struct{})
+	x.buildHook = func() {
+		started <- struct{}{}
+		<-release
+	}
+	vecs := map[string][]float32{}
+	set := func(key string, v []float32) {
+		x.set("a", key, uint64(len(vecs)+1), v)
+		if v == nil {
+			delete(vecs, key)
+		} else {
+			vecs[key] = v
+		}
+	}
+	for i := range x.annMin {
+		set(fmt.Sprintf("k%04d", i), data.Next())
+	}
+	<-started // the build has its snapshot and waits for release
+	for i := x.annMin; i < n; i++ {
+		set(fmt.Sprintf("k%04d", i), data.Next())
+	}
+	set("k0000", nil)
+	set("k0001", data.Next())
+	queries := data.Vectors(20)
+	for _, q := range queries {
+		got, err := x.search(t.Context(), "a", q, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := x.searchExact(t.Context(), "a", q, 10)
+		if !slices.Equal(got, want) {
+			t.Fatalf("search during the build: %v; exact search: %v", got, want)
+		}
+	}
+	if x.scopes["a"].graphs[dims] != nil {
+		t.Fatal("the graph is in before its build was released")
+	}
+	close(release)
+	x.settle()
+	g := x.scopes["a"].graphs[dims]
+	if g == nil || g.Len() != len(vecs) {
+		t.Fatalf("after the build: graph %v; want one of %d keys", g, len(vecs))
+	}
+	// The queued changes are in: every result is a current key at its
+	// current vector, the deleted key is gone, and (the graph being
+	// approximate, and built in parallel) nearly every key is found by
+	// its own vector.
+	missed := 0
+	for key, v := range vecs {
+		hits := g.Search(v, 10, 0)
+		if !slices.ContainsFunc(hits, func(r hnsw.Result[string]) bool { return r.Key == key }) {
+			missed++
+		}
+		for _, r := range hits {
+			if cur, ok := vecs[r.Key]; !ok || hnsw.Dot(v, cur) != r.Score {
+				t.Fatalf("the built graph returned %q (score %v), which is deleted or at an old vector", r.Key, r.Score)
+			}
+		}
+	}
+	if missed > len(vecs)/100 {
+		t.Errorf("%d of %d keys not found by their own vector in the built graph", missed, len(vecs))
+	}
+	if r := annRecall(t, x, "a", queries, 10); r < 0.95 {
+		t.Errorf("recall@10 through the built graph: %.3f", r)
 	}
 }

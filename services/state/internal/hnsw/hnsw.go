@@ -242,6 +242,15 @@ func (g *Graph[K]) insertNode(id uint32) {
 	vec := g.nodes[id].vec
 	level := len(g.nodes[id].links) - 1
 	entry, top := g.entryPoint()
+	if g.building && level > top {
+		// A node that will be the new entry is inserted alone (as
+		// hnswlib does): inserted against a top level that another such
+		// node raises meanwhile, it would miss links on the levels
+		// between, which searches descend through.
+		g.entryMu.Lock()
+		defer g.entryMu.Unlock()
+		entry, top = g.entry, g.top
+	}
 	ep := cand{id: uint32(entry), sim: dot(vec, g.nodes[entry].vec)}
 	var buf []uint32
 	for l := top; l > level; l-- {
@@ -268,24 +277,27 @@ func (g *Graph[K]) insertNode(id uint32) {
 		}
 	}
 	if level > top {
-		if g.building {
-			g.entryMu.Lock()
-			defer g.entryMu.Unlock()
-		}
-		if level > g.top {
-			g.entry, g.top = int(id), level
-		}
+		// Building, the lock is held since the start (level > top).
+		g.entry, g.top = int(id), level
 	}
 }
 
-// setLinks replaces node id's links on level l.
+// setLinks sets node id's links on level l. In a parallel build,
+// another insert may have linked id to itself already (it reached id
+// from a level above): those links are kept too.
 func (g *Graph[K]) setLinks(id uint32, l int, links []uint32) {
 	n := &g.nodes[id]
 	if g.building {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 	}
+	early := n.links[l]
 	n.links[l] = links
+	for _, x := range early {
+		if !slices.Contains(n.links[l], x) {
+			g.addLink(n, x, l)
+		}
+	}
 }
 
 // linksOf returns node id's links on level l: the node's own slice, or,
@@ -310,6 +322,11 @@ func (g *Graph[K]) link(from, to uint32, l int) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 	}
+	g.addLink(n, to, l)
+}
+
+// addLink is link with n's lock held (when building).
+func (g *Graph[K]) addLink(n *node[K], to uint32, l int) {
 	if len(n.links[l]) < g.maxLinks(l)+g.maxLinks(l)/pruneSlack {
 		n.links[l] = append(n.links[l], to)
 		return
