@@ -194,6 +194,10 @@ func (s *Server) fetchTrace(ctx context.Context, id string, created time.Time) (
 	}
 	hr, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL would repeat the query
+		}
 		return nil, &traceError{http.StatusServiceUnavailable, "TRACES_UNAVAILABLE",
 			fmt.Sprintf("the trace store's query API at %s does not answer (%s): is Jaeger running there? The console's --traces-url names it", base, oneLineErr(err))}
 	}
