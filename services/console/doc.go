@@ -49,6 +49,8 @@
 //   - probe.go: what a token may call, asked of the services
 //   - api.go: the JSON API, one service call per handler
 //   - sse.go: the live streams (WatchWorkflow, the workflows list)
+//   - trace.go: the trace viewer's query of the trace store (Jaeger's
+//     query API, --traces-url), after GetWorkflow with the session's token
 //   - errors.go: gRPC statuses to HTTP answers with the field violations
 //   - web/: the pages (index.html, login.html, app.js, style.css)
 package console
