@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -68,6 +69,11 @@ type Invocation struct {
 	// (everything denied and no sidecar credential). Call stop when the
 	// run ends.
 	Egress func(path string) (stop func(), err error)
+	// EgressListener starts the same proxy on l, a TCP listener the
+	// backend made for a sandbox on another host (a pod), requiring
+	// token (egress.Config.Token) of every request. Nil when Egress is,
+	// or when the service starts no proxies on TCP.
+	EgressListener func(l net.Listener, token string) (stop func(), err error)
 	// State serves, on a Unix socket at path, a StateService that
 	// forwards Read, List and Search of the invocation's own scopes (its
 	// input's session, its dispatch's workflow and agent) to the state

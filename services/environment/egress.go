@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 
@@ -28,8 +29,27 @@ type EgressOptions struct {
 // per invocation with opts. The proxy injects the sidecar credentials and
 // scrubs every credential value of the invocation from its logs.
 func NewEgressFactory(opts EgressOptions) EgressFactory {
+	serve := NewEgressListenFactory(opts)
 	return func(path string, policy NetworkPolicy, creds []Credential, log *slog.Logger) (func(), error) {
+		l, err := egress.ListenUnix(path)
+		if err != nil {
+			return nil, fmt.Errorf("egress proxy: %w", err)
+		}
+		return serve(l, "", policy, creds, log)
+	}
+}
+
+// EgressListenFactory starts an egress proxy for one invocation on l (a
+// TCP listener a backend made, which the proxy closes), requiring token
+// of every request when not empty (egress.Config.Token).
+type EgressListenFactory func(l net.Listener, token string, policy NetworkPolicy, creds []Credential, log *slog.Logger) (stop func(), err error)
+
+// NewEgressListenFactory returns an EgressListenFactory that starts one
+// egress.Proxy per invocation with opts, as NewEgressFactory.
+func NewEgressListenFactory(opts EgressOptions) EgressListenFactory {
+	return func(l net.Listener, token string, policy NetworkPolicy, creds []Credential, log *slog.Logger) (func(), error) {
 		cfg := egress.Config{
+			Token:        token,
 			Policy:       egress.Policy{DefaultAllow: policy.DefaultAllow},
 			Resolver:     opts.Resolver,
 			StaticHosts:  opts.StaticHosts,
@@ -48,10 +68,7 @@ func NewEgressFactory(opts EgressOptions) EgressFactory {
 		}
 		p, err := egress.New(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("egress proxy: %w", err)
-		}
-		l, err := egress.ListenUnix(path)
-		if err != nil {
+			_ = l.Close()
 			return nil, fmt.Errorf("egress proxy: %w", err)
 		}
 		done := make(chan struct{})

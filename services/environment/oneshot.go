@@ -109,3 +109,18 @@ func CredentialEnv(creds []Credential) []string {
 	sort.Strings(env)
 	return env
 }
+
+// SidecarEnv returns the environment entries (sorted) of creds' sidecar
+// credentials alone: for each of a model API host the operator knows,
+// its provider's base URL through the egress proxy and a placeholder key
+// (as CredentialEnv). It holds no credential's value.
+func SidecarEnv(creds []Credential) []string {
+	var env []string
+	for _, c := range creds {
+		if s := c.Injection.GetSidecar(); s != nil {
+			env = append(env, sidecarEnv(s.GetHost())...)
+		}
+	}
+	sort.Strings(env)
+	return env
+}

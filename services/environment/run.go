@@ -103,6 +103,16 @@ type Config struct {
 	// name as credentials (--kube-credential-secrets). Empty: any Secret
 	// but the backend's own, including ones that are not credentials.
 	KubeCredentialSecrets []string
+	// KubeEgressHost is this service's pod IP, where invocation pods
+	// with a sidecar credential reach their egress proxy
+	// (--kube-egress-host). Empty: sidecar credentials are refused.
+	KubeEgressHost string
+	// KubeEgressPorts is the port range of those proxies, "MIN-MAX"
+	// (--kube-egress-ports). Empty: 20000-20999.
+	KubeEgressPorts string
+	// KubeStorageClass is the StorageClass of the workspaces' claims
+	// (--kube-storage-class). Empty: the cluster's default.
+	KubeStorageClass string
 
 	// Defaults are the limits of a run whose spec sets none and the
 	// ceilings a spec may ask for (--default-timeout, --max-timeout,
@@ -265,7 +275,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if d := cfg.Defaults; d.Timeout <= 0 || d.MaxTimeout < d.Timeout {
 		return fmt.Errorf("--default-timeout %v must be positive and at most --max-timeout %v", d.Timeout, d.MaxTimeout)
 	}
-	proxies, err := egressFactory(cfg)
+	proxies, listenProxies, err := egressFactory(cfg)
 	if err != nil {
 		return err
 	}
@@ -288,6 +298,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Secrets:       DirSecrets{Dir: cfg.SecretsDir},
 		Defaults:      cfg.Defaults,
 		Egress:        proxies,
+		EgressListen:  listenProxies,
 		MaxConcurrent: cfg.MaxConcurrent,
 		Progress:      cfg.Progress,
 		Log:           log,
@@ -346,9 +357,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return srv.Serve(ctx, lis)
 }
 
-// egressFactory builds the egress proxy factory from the administrator's
+// egressFactory builds the egress proxy factories (on a Unix socket, on a
+// backend's TCP listener) from the administrator's
 // settings.
-func egressFactory(cfg Config) (EgressFactory, error) {
+func egressFactory(cfg Config) (EgressFactory, EgressListenFactory, error) {
 	opts := EgressOptions{
 		StaticHosts:  map[string]string{},
 		AllowPrivate: cfg.EgressAllowPrivate,
@@ -356,30 +368,30 @@ func egressFactory(cfg Config) (EgressFactory, error) {
 	}
 	for host, addr := range cfg.EgressStaticHosts {
 		if host == "" || addr == "" {
-			return nil, fmt.Errorf("--egress-static-hosts: %q is not host=ip:port", host+"="+addr)
+			return nil, nil, fmt.Errorf("--egress-static-hosts: %q is not host=ip:port", host+"="+addr)
 		}
 		opts.StaticHosts[strings.ToLower(host)] = addr
 	}
 	for _, p := range cfg.EgressAllowPrivate {
 		if !p.IsValid() {
-			return nil, fmt.Errorf("--egress-allow-private: %q is not a CIDR", p)
+			return nil, nil, fmt.Errorf("--egress-allow-private: %q is not a CIDR", p)
 		}
 	}
 	if cfg.EgressCAFile != "" {
 		pem, err := os.ReadFile(cfg.EgressCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("--egress-ca-file: %w", err)
+			return nil, nil, fmt.Errorf("--egress-ca-file: %w", err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--egress-ca-file %s: no PEM certificate in it", cfg.EgressCAFile)
+			return nil, nil, fmt.Errorf("--egress-ca-file %s: no PEM certificate in it", cfg.EgressCAFile)
 		}
 		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return NewEgressFactory(opts), nil
+	return NewEgressFactory(opts), NewEgressListenFactory(opts), nil
 }
 
 // buildBackends builds the backends cfg names: the built-in ones through

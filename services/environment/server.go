@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path"
 	"strings"
 	"time"
@@ -45,6 +46,10 @@ type ServerConfig struct {
 	// proxies cannot be started, so a spec that allows any network is
 	// refused.
 	Egress EgressFactory
+	// EgressListen starts an invocation's egress proxy on a TCP listener
+	// of the backend's (Invocation.EgressListener); nil: backends get
+	// none.
+	EgressListen EgressListenFactory
 	// State is the state service invocations read their session history
 	// from, through a read-only bridge that serves only the invocation's
 	// own scopes (its session, its dispatch's workflow and agent); nil
@@ -404,7 +409,10 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 				return nil, nil, fmt.Errorf("credentials[%d]: %q is not an HTTP header name: %w", i, h, errs.InvalidArgument)
 			}
 		}
-		if !byRef {
+		// A sidecar credential is injected by the service's own egress
+		// proxy, so its value comes from the service's secrets even for
+		// a backend that hands the others over by reference.
+		if !byRef || c.Injection.GetSidecar() != nil {
 			v, err := s.cfg.Secrets.Secret(ctx, c.Name)
 			if err != nil {
 				return nil, nil, fmt.Errorf("credentials[%d]: %w", i, err)
@@ -456,6 +464,11 @@ func (s *Server) prepare(ctx context.Context, req *environmentv1.RunRequest) (*I
 		}
 		inv.Egress = func(path string) (func(), error) {
 			return s.cfg.Egress(path, network, creds, inv.Log)
+		}
+		if s.cfg.EgressListen != nil {
+			inv.EgressListener = func(l net.Listener, token string) (func(), error) {
+				return s.cfg.EgressListen(l, token, network, creds, inv.Log)
+			}
 		}
 	}
 	return inv, backend, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"path"
 	"slices"
 	"strings"
@@ -59,6 +60,18 @@ type Config struct {
 	// last (a PersistentVolumeClaim each, of the workspace's size cap);
 	// "" is the cluster's default class.
 	WorkspaceStorageClass string
+	// EgressHost is this service's own address as invocation pods reach
+	// it (its pod IP): an invocation with a sidecar credential (a model
+	// key) gets its egress proxy there, on a port of EgressPortMin to
+	// EgressPortMax, which injects the credential; its operator is
+	// pointed at the proxy with a token of the invocation's, and its
+	// NetworkPolicy allows that address and port. The credential's value
+	// comes from the service's secrets and never enters the pod. ""
+	// refuses sidecar credentials.
+	EgressHost string
+	// EgressPortMin and EgressPortMax bound the proxies' ports; 0 means
+	// DefaultEgressPortMin and DefaultEgressPortMax.
+	EgressPortMin, EgressPortMax int
 	// PollInterval is how often the Job and its pod are read when the
 	// watch is quiet or broken; 0 means one second.
 	PollInterval time.Duration
@@ -82,6 +95,13 @@ const (
 	DefaultDiskBytes = 1 << 30
 	// DefaultMaxOutputBytes bounds the pod log read back, 16 MiB.
 	DefaultMaxOutputBytes = 16 << 20
+)
+
+// The ports of the egress proxies, when Config sets none: the environment
+// service's NetworkPolicy lets invocation pods reach this range.
+const (
+	DefaultEgressPortMin = 20000
+	DefaultEgressPortMax = 20999
 )
 
 // maxOutputBytes bounds the pod log held in memory whatever the limits
@@ -148,6 +168,17 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
+	}
+	if cfg.EgressPortMin == 0 && cfg.EgressPortMax == 0 {
+		cfg.EgressPortMin, cfg.EgressPortMax = DefaultEgressPortMin, DefaultEgressPortMax
+	}
+	if cfg.EgressPortMin < 1 || cfg.EgressPortMax > 65535 || cfg.EgressPortMin > cfg.EgressPortMax {
+		return nil, fmt.Errorf("kubernetes backend: egress ports %d-%d: want a range within 1-65535", cfg.EgressPortMin, cfg.EgressPortMax)
+	}
+	if cfg.EgressHost != "" {
+		if _, err := netip.ParseAddr(cfg.EgressHost); err != nil {
+			return nil, fmt.Errorf("kubernetes backend: egress host %q: want this pod's IP address (status.podIP): %v", cfg.EgressHost, err)
+		}
 	}
 	d := cfg.DefaultLimits
 	cfg.DefaultLimits = environment.Limits{CPUMillis: DefaultCPUMillis, MemoryBytes: DefaultMemoryBytes, DiskBytes: DefaultDiskBytes, MaxOutputBytes: DefaultMaxOutputBytes}
@@ -266,6 +297,15 @@ func (b *Backend) secretRef(name string) (secret, key string) {
 func (b *Backend) checkCredentials(creds []environment.Credential) error {
 	paths, vars := map[string]bool{}, map[string]bool{}
 	for _, c := range creds {
+		if sc := c.Injection.GetSidecar(); sc != nil {
+			// Injected by the service's own egress proxy, from its
+			// secrets: no Secret of the namespace is named.
+			if b.cfg.EgressHost == "" {
+				return fmt.Errorf("credential %q: a sidecar credential for %s needs the service's egress proxy reachable from invocation pods, and this kubernetes backend has no egress host (--kube-egress-host, the pod IP); inject it as env_var or file instead: %w",
+					c.Name, sc.GetHost(), errs.FailedPrecondition)
+			}
+			continue
+		}
 		secret, key := b.secretRef(c.Name)
 		if msgs := validation.IsDNS1123Subdomain(secret); len(msgs) > 0 {
 			return fmt.Errorf("credential %q: the kubernetes backend reads credentials from Secrets in namespace %s, named \"secret\" or \"secret/key\", and %q is not a Secret name (%s): %w",
@@ -282,9 +322,6 @@ func (b *Backend) checkCredentials(creds []environment.Credential) error {
 				c.Name, secret, strings.Join(b.cfg.CredentialSecrets, ", "), errs.NotFound)
 		}
 		switch m := c.Injection.GetMethod().(type) {
-		case *environmentv1.CredentialInjection_Sidecar:
-			return fmt.Errorf("credential %q: the kubernetes backend has no in-cluster egress proxy to inject it for %s yet; inject it as env_var or file instead: %w",
-				c.Name, m.Sidecar.GetHost(), errs.FailedPrecondition)
 		case *environmentv1.CredentialInjection_EnvVar:
 			v := m.EnvVar.GetVarName()
 			if msgs := validation.IsEnvVarName(v); len(msgs) > 0 {
@@ -383,7 +420,12 @@ func (b *Backend) Run(ctx context.Context, inv *environment.Invocation) (*enviro
 	withLimits := *inv
 	withLimits.Limits = b.limits(inv.Limits)
 	inv = &withLimits
-	objs, err := b.objects(inv)
+	ep, stopEgress, err := b.startEgress(inv)
+	if err != nil {
+		return nil, err
+	}
+	defer stopEgress()
+	objs, err := b.objects(inv, ep)
 	if err != nil {
 		return nil, err
 	}

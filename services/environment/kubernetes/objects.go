@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/netip"
 	"path"
 	"slices"
 	"strings"
@@ -51,7 +52,12 @@ func podSelector(id string) metav1.LabelSelector {
 
 // objects builds the NetworkPolicy, Secret and Job of inv. It refuses,
 // with FAILED_PRECONDITION, what Check would refuse.
-func (b *Backend) objects(inv *environment.Invocation) (*objects, error) {
+//
+// ep, when not nil, is the invocation's egress proxy: the operator is
+// pointed at it (--egress-proxy with its token, and the sidecar
+// credentials' base URLs and placeholder keys), and the NetworkPolicy
+// allows it.
+func (b *Backend) objects(inv *environment.Invocation, ep *egressEndpoint) (*objects, error) {
 	name := ObjectPrefix + inv.ID
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
 		return nil, fmt.Errorf("invocation id %q does not make an object name: %s: %w", inv.ID, strings.Join(msgs, "; "), errs.Internal)
@@ -66,6 +72,12 @@ func (b *Backend) objects(inv *environment.Invocation) (*objects, error) {
 	}
 	if err := b.checkCredentials(inv.Credentials); err != nil {
 		return nil, err
+	}
+	if hasSidecar(inv.Credentials) && ep == nil {
+		return nil, fmt.Errorf("a sidecar credential without its egress proxy: %w", errs.Internal)
+	}
+	if ep != nil {
+		rules = append(rules, egressRule{prefix: netip.PrefixFrom(ep.addr.Addr(), ep.addr.Addr().BitLen()), port: uint32(ep.addr.Port())})
 	}
 	var runtimeClass *string
 	if slices.Contains(environment.Kinds(inv.Spec), environment.KindGvisor) {
@@ -91,6 +103,9 @@ func (b *Backend) objects(inv *environment.Invocation) (*objects, error) {
 
 	command := []string{b.cfg.OperatorPath}
 	command = append(command, b.cfg.OperatorArgs...)
+	if ep != nil {
+		command = append(command, "--egress-proxy", ep.proxyURL())
+	}
 	command = append(command, "--workspace", workspaceDir)
 	command = append(command, environment.OneShotArgs()...)
 	command = append(command, "--one-shot-input", path.Join(inputDir, inputFile))
@@ -117,6 +132,12 @@ func (b *Backend) objects(inv *environment.Invocation) (*objects, error) {
 		{Name: "tmp", MountPath: tmpDir},
 	}
 	env := []corev1.EnvVar{{Name: "HOME", Value: tmpDir}, {Name: "TMPDIR", Value: tmpDir}}
+	// A sidecar credential's provider gets its base URL through the
+	// proxy and a placeholder key; the value stays in the proxy.
+	for _, kv := range environment.SidecarEnv(inv.Credentials) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
 	for i, c := range inv.Credentials {
 		secret, key := b.secretRef(c.Name)
 		switch m := c.Injection.GetMethod().(type) {

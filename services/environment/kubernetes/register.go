@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,15 +26,29 @@ func fromConfig(cfg environment.Config) (environment.Backend, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
+	var lo, hi int
+	if cfg.KubeEgressPorts != "" {
+		a, z, ok := strings.Cut(cfg.KubeEgressPorts, "-")
+		var err1, err2 error
+		lo, err1 = strconv.Atoi(a)
+		hi, err2 = strconv.Atoi(z)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, nil, fmt.Errorf("--kube-egress-ports %q: want MIN-MAX, such as 20000-20999", cfg.KubeEgressPorts)
+		}
+	}
 	b, err := New(Config{
-		Client:             client,
-		Namespace:          ns,
-		DefaultImage:       cfg.DefaultImage,
-		OperatorArgs:       cfg.OperatorArgs,
-		RuntimeClassGvisor: cfg.GvisorRuntime,
-		DefaultLimits:      environment.Limits{DiskBytes: cfg.DefaultDiskBytes},
-		CredentialSecrets:  cfg.KubeCredentialSecrets,
-		Log:                cfg.Log,
+		EgressHost:            cfg.KubeEgressHost,
+		EgressPortMin:         lo,
+		EgressPortMax:         hi,
+		WorkspaceStorageClass: cfg.KubeStorageClass,
+		Client:                client,
+		Namespace:             ns,
+		DefaultImage:          cfg.DefaultImage,
+		OperatorArgs:          cfg.OperatorArgs,
+		RuntimeClassGvisor:    cfg.GvisorRuntime,
+		DefaultLimits:         environment.Limits{DiskBytes: cfg.DefaultDiskBytes},
+		CredentialSecrets:     cfg.KubeCredentialSecrets,
+		Log:                   cfg.Log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes backend: %w", err)

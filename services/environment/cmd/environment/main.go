@@ -75,6 +75,9 @@ type flags struct {
 	kubeNamespace string
 	kubeconfig    string
 	kubeSecrets   string
+	kubeEgress    string
+	kubePorts     string
+	kubeStorage   string
 
 	// defaults and ceilings
 	defaultTimeout time.Duration
@@ -114,6 +117,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.gvisorRuntime, "gvisor-runtime", "", "enforce the gvisor boundary with this OCI runtime (docker, e.g. runsc) or RuntimeClass (kubernetes, e.g. gvisor); empty: gvisor specs are refused")
 	fs.StringVar(&f.kubeNamespace, "kube-namespace", "", "namespace of the invocation Jobs (default: the pod's own namespace)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
+	fs.StringVar(&f.kubeEgress, "kube-egress-host", "", "this pod's IP (the downward API's status.podIP): invocation pods with a sidecar credential (a model key) reach their egress proxy there, which injects it from --secrets-dir; empty refuses sidecar credentials (kubernetes backend)")
+	fs.StringVar(&f.kubePorts, "kube-egress-ports", "20000-20999", "port range of those egress proxies, one port per running invocation; the environment's NetworkPolicy must let invocation pods reach it (kubernetes backend)")
+	fs.StringVar(&f.kubeStorage, "kube-storage-class", "", "StorageClass of the workspaces that last, a PersistentVolumeClaim each (kubernetes backend); empty: the cluster's default class")
 	fs.StringVar(&f.kubeSecrets, "kube-credential-secrets", "", "comma-separated Secrets of the namespace that specs may name as credentials (kubernetes backend); empty allows any Secret but the backend's own, including ones that are not credentials (TLS keys, database passwords)")
 	fs.DurationVar(&f.defaultTimeout, "default-timeout", d.Timeout, "wall-clock limit of a run whose spec sets none")
 	fs.DurationVar(&f.maxTimeout, "max-timeout", d.MaxTimeout, "longest timeout a spec may ask for")
@@ -189,6 +195,9 @@ func (f *flags) config() (environment.Config, error) {
 		Kubeconfig:            f.kubeconfig,
 		KubeNamespace:         f.kubeNamespace,
 		KubeCredentialSecrets: flagenv.SplitList(f.kubeSecrets),
+		KubeEgressHost:        f.kubeEgress,
+		KubeEgressPorts:       f.kubePorts,
+		KubeStorageClass:      f.kubeStorage,
 		MaxConcurrent:         f.maxConcurrent,
 		EgressCAFile:          f.egressCA,
 	}
