@@ -154,7 +154,10 @@ type Channels struct {
 	routes *Routes
 	list   []Channel
 	seen   *seenSet
-	log    *slog.Logger
+	// store, when set (durable lanes), keeps the delivery ids seen in the
+	// State service too (seen.go), for every replica and restart.
+	store *kv
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]string // session -> workflow waiting for an approval
@@ -165,7 +168,12 @@ func NewChannels(g *Gateway, routes *Routes, list []Channel, log *slog.Logger) *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Channels{g: g, routes: routes, list: list, seen: newSeenSet(time.Hour, 100_000), log: log, pending: map[string]string{}}
+	c := &Channels{g: g, routes: routes, list: list, seen: newSeenSet(seenTTL, seenMax), log: log, pending: map[string]string{}}
+	if g.durable != nil {
+		c.store = g.durable.kv
+		g.chatSettled = c.settled
+	}
+	return c
 }
 
 // newChannels builds the configured channels; nil when none is on.
@@ -284,6 +292,20 @@ func (c *Channels) deliver(ctx context.Context, ch Channel, ev ChatEvent) error 
 		c.log.Debug("chat delivery repeated", "channel", ch.Name(), "id", ev.ID)
 		return nil
 	}
+	if ev.ID != "" && c.store != nil {
+		sctx, cancel := context.WithTimeout(ctx, submitTimeout)
+		fresh, err := c.claimSeen(sctx, key)
+		cancel()
+		if err != nil {
+			c.seen.forget(key)
+			c.log.Warn("chat delivery not checked against those seen; the platform will retry", "channel", ch.Name(), "id", ev.ID, "err", err)
+			return err
+		}
+		if !fresh {
+			c.log.Debug("chat delivery repeated", "channel", ch.Name(), "id", ev.ID)
+			return nil
+		}
+	}
 	session := ev.Session()
 	if wf := c.pendingOf(session); wf != "" {
 		if approve, reason, err := decisionOf(a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: ev.Text})); err == nil {
@@ -300,10 +322,13 @@ func (c *Channels) deliver(ctx context.Context, ch Channel, ev ChatEvent) error 
 	if err != nil {
 		return c.refuse(ch, ev, key, agent, err)
 	}
+	c.doneSeen(ev, key)
 	c.log.Info("chat message queued", "channel", ch.Name(), "agent", agent, "workflow_id", acc.ID)
 	go func() {
 		s := <-acc.Settled
-		c.answer(ch, ev, session, s.Workflow, s.Err)
+		if !s.posted { // durable lanes post the answer themselves (settled)
+			c.answer(ch, ev, session, s.Workflow, s.Err)
+		}
 	}()
 	return nil
 }
@@ -324,11 +349,13 @@ func (c *Channels) refuse(ch Channel, ev ChatEvent, key, agent string, err error
 		text = fmt.Sprintf("No agent %q answers here (the gateway's route table names it): tell whoever runs the gateway.", agent)
 	default:
 		c.seen.forget(key)
+		c.forgetSeen(key)
 		c.log.Warn("chat message not queued; the platform will retry", "channel", ch.Name(), "id", ev.ID, "err", err)
 		return err
 	}
+	c.doneSeen(ev, key)
 	c.log.Info("chat message refused", "channel", ch.Name(), "code", st.Code().String(), "reason", st.Message())
-	go c.post(ch, ev, text)
+	go func() { _ = c.post(ch, ev, text) }()
 	return nil
 }
 
@@ -347,13 +374,13 @@ func (c *Channels) decide(ctx context.Context, ch Channel, ev ChatEvent, key, wf
 	c.clearPending(ev.Session(), wf)
 	go func() {
 		w, err := c.g.Follow(c.g.ctx, wf, FollowOptions{AfterDecision: seq}, nil)
-		c.answer(ch, ev, ev.Session(), w, err)
+		_ = c.answer(ch, ev, ev.Session(), w, err)
 	}()
 	return nil
 }
 
-// answer posts where a message's workflow stopped.
-func (c *Channels) answer(ch Channel, ev ChatEvent, session string, wf *orchestratorv1.Workflow, err error) {
+// answer posts where a message's workflow stopped; the error of the post.
+func (c *Channels) answer(ch Channel, ev ChatEvent, session string, wf *orchestratorv1.Workflow, err error) error {
 	var text string
 	switch {
 	case err != nil:
@@ -380,12 +407,12 @@ func (c *Channels) answer(ch Channel, ev ChatEvent, session string, wf *orchestr
 	default:
 		text = "The run ended " + StateName(wf.GetStatus()) + "."
 	}
-	c.post(ch, ev, text)
+	return c.post(ch, ev, text)
 }
 
 // post sends text to ev's conversation, trying again a few times when
 // the platform is briefly unreachable or rate-limits.
-func (c *Channels) post(ch Channel, ev ChatEvent, text string) {
+func (c *Channels) post(ch Channel, ev ChatEvent, text string) error {
 	var err error
 	for attempt := range 3 {
 		ctx, cancel := context.WithTimeout(c.g.ctx, 30*time.Second)
@@ -406,9 +433,10 @@ func (c *Channels) post(ch Channel, ev ChatEvent, text string) {
 	}
 	if err != nil {
 		c.log.Error("chat answer not posted", "channel", ch.Name(), "conversation", ev.Conversation, "err", err)
-		return
+		return err
 	}
 	c.log.Debug("chat answer posted", "channel", ch.Name(), "conversation", ev.Conversation)
+	return nil
 }
 
 func (c *Channels) pendingOf(session string) string {

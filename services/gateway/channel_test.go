@@ -180,6 +180,21 @@ type chatStack struct {
 	*stack
 	slack, telegram *fakePlatform
 	log             *syncBuffer
+	// opts starts the gateway: another one (replica) is started with it.
+	opts stackOptions
+	// stop stops the gateway.
+	stop func()
+}
+
+// replica starts another gateway in front of c's services, with the same
+// channels and platforms; it answers on its own addresses.
+func (c *chatStack) replica(t *testing.T) *chatStack {
+	t.Helper()
+	s := *c.stack
+	r := *c
+	r.stack = &s
+	r.stop = s.startGateway(t, c.opts)
+	return &r
 }
 
 func startChatStack(t *testing.T, o stackOptions, routes string, agents ...agent) *chatStack {
@@ -198,7 +213,9 @@ func startChatStack(t *testing.T, o stackOptions, routes string, agents ...agent
 			adjust(cfg)
 		}
 	}
+	o.noGateway, c.opts = true, o
 	c.stack = startStack(t, o, agents...)
+	c.stop = c.startGateway(t, o)
 	t.Cleanup(func() {
 		for _, s := range []string{slackSecret, slackToken, telegramToken, telegramSecret} {
 			if strings.Contains(c.log.String(), s) {

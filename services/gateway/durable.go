@@ -225,6 +225,9 @@ func (d *durableLanes) process(ctx context.Context, session string, e laneEntry)
 	w := d.waiters[e.ID]
 	d.mu.Unlock()
 	finish := func(s Settled) {
+		if d.g.chatSettled != nil && d.g.chatSettled(e.Metadata, s) {
+			s.posted = true
+		}
 		if w == nil {
 			return
 		}
@@ -281,7 +284,9 @@ func (d *durableLanes) process(ctx context.Context, session string, e laneEntry)
 			continue
 		}
 		finish(Settled{Workflow: wf, Err: err})
-		return true
+		// A chat answer the gateway's stop kept from being posted is
+		// posted by the next run: the message stays in its lane.
+		return ctx.Err() == nil
 	}
 }
 

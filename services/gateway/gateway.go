@@ -57,6 +57,11 @@ type Gateway struct {
 	// durable, when set, keeps the lanes in the State service instead
 	// (durable.go).
 	durable *durableLanes
+	// chatSettled, when set, posts the answer of a settled durable-lane
+	// message that came from a chat channel (its metadata says where),
+	// before the message leaves its lane, whichever process accepted it;
+	// it reports whether it handled the message.
+	chatSettled func(meta map[string]any, s Settled) bool
 	// sched, when set, keeps cron schedules in the State service
 	// (schedule.go).
 	sched *Scheduler
@@ -144,6 +149,8 @@ func (a *Accepted) StartErr() error { return *a.startErr }
 type Settled struct {
 	Workflow *orchestratorv1.Workflow
 	Err      error
+	// posted: a chat channel has posted the answer already (chatSettled).
+	posted bool
 }
 
 // check validates m, filling in a new session when it has none.

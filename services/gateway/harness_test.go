@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,8 +112,10 @@ func startStack(t testing.TB, o stackOptions, agents ...agent) *stack {
 }
 
 // startGateway runs the gateway (gateway.Run) in front of s's
-// orchestrator, its agents read from the same registry file.
-func (s *stack) startGateway(t testing.TB, o stackOptions) {
+// orchestrator, its agents read from the same registry file. stop ends
+// it (a graceful stop) and returns once Run has returned; the test's end
+// stops it otherwise.
+func (s *stack) startGateway(t testing.TB, o stackOptions) (stop func()) {
 	t.Helper()
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -131,10 +134,26 @@ func (s *stack) startGateway(t testing.TB, o stackOptions) {
 	if o.gateway != nil {
 		o.gateway(&cfg)
 	}
+	stopping, stopped := make(chan struct{}), make(chan struct{})
 	s.grpcAddr = harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
+		defer close(stopped)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		cfg.Listener = lis
 		return gateway.Run(ctx, cfg)
 	})
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(stopping) })
+		<-stopped
+	}
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

@@ -178,8 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopJobs()
 	g := New(runCtx, orchestratorv1.NewOrchestratorServiceClient(cc), agents, cfg.LaneDepth, log)
 	if state != nil { // lanes, schedules and push configs live in the State service
-		g.durable = newDurableLanes(g, newKV(state), cfg.LaneDepth)
-		go g.durable.resumeUntil(runCtx)
+		g.durable = newDurableLanes(g, newKV(state), cfg.LaneDepth) // resumed once the chat channels are on
 		g.sched = &Scheduler{g: g, kv: newKV(state), now: cfg.Clock}
 		if g.sched.now == nil {
 			g.sched.now = time.Now
@@ -194,6 +193,12 @@ func Run(ctx context.Context, cfg Config) error {
 	h := &httpServer{g: g, policy: policy, public: public, grpcAddr: grpcAddr, defaultAgent: cfg.DefaultAgent, log: log, state: state}
 	if h.channels, err = newChannels(ctx, g, cfg.Channels, cfg.DefaultAgent, log); err != nil {
 		return err
+	}
+	if h.channels != nil {
+		go h.channels.sweepLoop(runCtx)
+	}
+	if g.durable != nil { // after the channels: a resumed chat message's answer is posted
+		go g.durable.resumeUntil(runCtx)
 	}
 	hs := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
 	herr := make(chan error, 1)
