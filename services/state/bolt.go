@@ -467,11 +467,16 @@ func (b *Bolt) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []float32
 		return nil, err
 	}
 	hits := make([]SearchHit, 0, len(ranked))
+	wantSnippets := snippetsWanted(ctx)
 	err = b.db.View(func(tx *bolt.Tx) error {
 		kv := tx.Bucket(bucketKV)
 		for _, h := range ranked {
 			rec := kv.Get(append(bytes.Clone(enc), h.key...))
 			if rec == nil {
+				continue
+			}
+			if !wantSnippets {
+				hits = append(hits, SearchHit{Key: h.key, Score: float64(h.score), Revision: h.rev})
 				continue
 			}
 			_, _, raw, err := decodeRecord(rec)

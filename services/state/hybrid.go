@@ -193,15 +193,47 @@ func (s *Server) search(ctx context.Context, req *statev1.SearchRequest, limit i
 		return nil, err
 	}
 	n := min(MaxSearchLimit, max(limit, hybridCandidates))
-	keyword, err := s.b.Search(ctx, req.GetScope(), req.GetQuery(), n)
+	sb, cutLater := s.b.(snippetBackend)
+	candCtx := ctx
+	if cutLater {
+		candCtx = withoutSnippets(ctx)
+	}
+	keyword, err := s.b.Search(candCtx, req.GetScope(), req.GetQuery(), n)
 	if err != nil {
 		return nil, err
 	}
-	vector, err := vb.VectorSearch(ctx, req.GetScope(), q, n)
+	vector, err := vb.VectorSearch(candCtx, req.GetScope(), q, n)
 	if err != nil {
 		return nil, err
 	}
-	return fuse(keyword, vector, kw, vw, rrfK, limit), nil
+	hits := fuse(keyword, vector, kw, vw, rrfK, limit)
+	if !cutLater || len(hits) == 0 {
+		return hits, nil
+	}
+	// Snippets for the returned keys only: around the matches for those
+	// the keyword ranking held.
+	matched := make(map[string]bool, len(keyword))
+	for _, h := range keyword {
+		matched[h.Key] = true
+	}
+	keys := make([]string, len(hits))
+	for i, h := range hits {
+		keys[i] = h.Key
+	}
+	snips, err := sb.snippets(ctx, req.GetScope(), req.GetQuery(), keys, matched)
+	if err != nil {
+		return nil, err
+	}
+	out := hits[:0]
+	for _, h := range hits {
+		sn, ok := snips[h.Key]
+		if !ok {
+			continue // deleted since the rankings were read
+		}
+		h.Snippet = sn
+		out = append(out, h)
+	}
+	return out, nil
 }
 
 // fuse merges two rankings by reciprocal rank fusion: a key's score is

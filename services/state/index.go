@@ -19,6 +19,7 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/lang/en"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	"github.com/blevesearch/bleve/v2/mapping"
+	blevesearch "github.com/blevesearch/bleve/v2/search"
 	index "github.com/blevesearch/bleve_index_api"
 	bolt "go.etcd.io/bbolt"
 )
@@ -542,8 +543,12 @@ func (s *searchIndex) search(ctx context.Context, enc []byte, query string, limi
 	q := bleve.NewConjunctionQuery(inScope, bleve.NewDisjunctionQuery(inText, inKey))
 
 	req := bleve.NewSearchRequestOptions(q, limit, 0, false)
-	req.Fields = []string{fieldText, fieldRev}
-	req.IncludeLocations = true
+	wantSnippets := snippetsWanted(ctx)
+	req.Fields = []string{fieldRev}
+	if wantSnippets {
+		req.Fields = append(req.Fields, fieldText)
+		req.IncludeLocations = true
+	}
 	req.SortBy([]string{"-_score", "_id"})
 	res, err := s.idx.SearchInContext(ctx, req)
 	if err != nil {
@@ -559,18 +564,27 @@ func (s *searchIndex) search(ctx context.Context, enc []byte, query string, limi
 		if err != nil || !strings.HasPrefix(string(ck), string(enc)) {
 			return nil, fmt.Errorf("search index: document %q is not in scope %s", h.ID, prefix)
 		}
-		text, _ := h.Fields[fieldText].(string)
 		revText, _ := h.Fields[fieldRev].(string)
 		rev, _ := strconv.ParseUint(revText, 10, 64)
-		var spans []span
-		for _, locs := range h.Locations[fieldText] {
-			for _, l := range locs {
-				spans = append(spans, span{int(l.Start), int(l.End)})
-			}
+		hit := SearchHit{Key: string(ck[len(enc):]), Score: h.Score, Revision: rev}
+		if wantSnippets {
+			text, _ := h.Fields[fieldText].(string)
+			hit.Snippet = snippet(text, hitSpans(h.Locations[fieldText]))
 		}
-		hits = append(hits, SearchHit{Key: string(ck[len(enc):]), Score: h.Score, Snippet: snippet(text, spans), Revision: rev})
+		hits = append(hits, hit)
 	}
 	return hits, nil
+}
+
+// hitSpans are the match locations of a bleve hit's field.
+func hitSpans(locs blevesearch.TermLocationMap) []span {
+	var spans []span
+	for _, ls := range locs {
+		for _, l := range ls {
+			spans = append(spans, span{int(l.Start), int(l.End)})
+		}
+	}
+	return spans
 }
 
 // vecChange is the vector index's update for one changed key.

@@ -238,13 +238,7 @@ func (m *Memory) Search(ctx context.Context, s *typesv1.Scope, query string, lim
 			continue
 		}
 		d := m.docs[ck]
-		var spans []span
-		for _, t := range d.textTokens {
-			if terms[t.term] {
-				spans = append(spans, t.span)
-			}
-		}
-		hits = append(hits, SearchHit{Key: ck[len(enc):], Score: score, Snippet: snippet(d.text, spans), Revision: d.rev})
+		hits = append(hits, SearchHit{Key: ck[len(enc):], Score: score, Revision: d.rev})
 	}
 	slices.SortFunc(hits, func(a, b SearchHit) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
@@ -254,6 +248,18 @@ func (m *Memory) Search(ctx context.Context, s *typesv1.Scope, query string, lim
 	})
 	if len(hits) > limit {
 		hits = hits[:limit]
+	}
+	if snippetsWanted(ctx) {
+		for i, h := range hits {
+			d := m.docs[string(enc)+h.Key]
+			var spans []span
+			for _, t := range d.textTokens {
+				if terms[t.term] {
+					spans = append(spans, t.span)
+				}
+			}
+			hits[i].Snippet = snippet(d.text, spans)
+		}
 	}
 	return hits, nil
 }
@@ -286,8 +292,12 @@ func (m *Memory) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []float
 		return nil, err
 	}
 	hits := make([]SearchHit, len(ranked))
+	wantSnippets := snippetsWanted(ctx)
 	for i, h := range ranked {
-		hits[i] = SearchHit{Key: h.key, Score: float64(h.score), Snippet: snippet(m.docs[string(enc)+h.key].text, nil), Revision: h.rev}
+		hits[i] = SearchHit{Key: h.key, Score: float64(h.score), Revision: h.rev}
+		if wantSnippets {
+			hits[i].Snippet = snippet(m.docs[string(enc)+h.key].text, nil)
+		}
 	}
 	return hits, nil
 }

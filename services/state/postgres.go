@@ -338,6 +338,9 @@ func (p *Postgres) Search(ctx context.Context, s *typesv1.Scope, query string, l
 	if len(terms) == 0 {
 		return nil, nil
 	}
+	if !snippetsWanted(ctx) {
+		return p.searchRanked(ctx, enc, terms, limit)
+	}
 	// Any of the words matches (as the other backends' queries do); the
 	// words are letters and digits only, so websearch syntax cannot
 	// reach them. The inner query ranks and limits; ts_headline marks
@@ -378,6 +381,94 @@ func (p *Postgres) Search(ctx context.Context, s *typesv1.Scope, query string, l
 		return nil, p.dbError(ctx, "search", err)
 	}
 	return hits, nil
+}
+
+// searchRanked is Search without snippets (neither the body nor
+// ts_headline is read).
+func (p *Postgres) searchRanked(ctx context.Context, enc []byte, terms []string, limit int) ([]SearchHit, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT key, revision, ts_rank(search, q) AS rank
+		FROM state_items, websearch_to_tsquery('english'::regconfig, $2) AS q
+		WHERE scope = $1 AND indexed AND search @@ q
+		ORDER BY rank DESC, key
+		LIMIT $3`,
+		enc, strings.Join(terms, " or "), limit)
+	if err != nil {
+		return nil, p.dbError(ctx, "search", err)
+	}
+	var (
+		hits []SearchHit
+		key  []byte
+		rev  int64
+		rank float32
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &rev, &rank}, func() error {
+		hits = append(hits, SearchHit{Key: string(key), Score: float64(rank), Revision: uint64(rev)})
+		return nil
+	})
+	if err != nil {
+		return nil, p.dbError(ctx, "search", err)
+	}
+	return hits, nil
+}
+
+// snippets implements snippetBackend: ts_headline marks the matches of
+// the matched keys, as Search does; the others' snippets start at the
+// start of the value.
+func (p *Postgres) snippets(ctx context.Context, s *typesv1.Scope, query string, keys []string, matched map[string]bool) (map[string]string, error) {
+	enc, err := p.scopeOnly(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if p.closed.Load() {
+		return nil, errClosed
+	}
+	terms := pgTerms(query)
+	var withMatches, plain [][]byte
+	for _, k := range keys {
+		if matched[k] && len(terms) > 0 {
+			withMatches = append(withMatches, []byte(k))
+		} else {
+			plain = append(plain, []byte(k))
+		}
+	}
+	out := make(map[string]string, len(keys))
+	var (
+		key    []byte
+		body   string
+		marked string
+	)
+	if len(withMatches) > 0 {
+		rows, err := p.pool.Query(ctx, `
+			SELECT key, body, ts_headline('english'::regconfig, body, websearch_to_tsquery('english'::regconfig, $3), $4)
+			FROM state_items WHERE scope = $1 AND key = ANY($2)`,
+			enc, withMatches, strings.Join(terms, " or "),
+			fmt.Sprintf(`HighlightAll=true, StartSel="%s", StopSel="%s"`, pgMarkStart, pgMarkStop))
+		if err != nil {
+			return nil, p.dbError(ctx, "search snippets", err)
+		}
+		_, err = pgx.ForEachRow(rows, []any{&key, &body, &marked}, func() error {
+			out[string(key)] = snippet(body, pgMatchSpans(body, marked, terms))
+			return nil
+		})
+		if err != nil {
+			return nil, p.dbError(ctx, "search snippets", err)
+		}
+	}
+	if len(plain) > 0 {
+		rows, err := p.pool.Query(ctx, `SELECT key, body FROM state_items WHERE scope = $1 AND key = ANY($2)`, enc, plain)
+		if err != nil {
+			return nil, p.dbError(ctx, "search snippets", err)
+		}
+		_, err = pgx.ForEachRow(rows, []any{&key, &body}, func() error {
+			out[string(key)] = snippet(body, nil)
+			return nil
+		})
+		if err != nil {
+			return nil, p.dbError(ctx, "search snippets", err)
+		}
+	}
+	return out, nil
 }
 
 // Close implements Backend: it closes the pool, waiting for calls in

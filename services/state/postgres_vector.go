@@ -104,7 +104,12 @@ func (p *Postgres) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []flo
 	for i, h := range ranked {
 		keys[i] = []byte(h.key)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT key, body FROM state_items WHERE scope = $1 AND key = ANY($2)`, enc, keys)
+	wantSnippets := snippetsWanted(ctx)
+	sql := `SELECT key, body FROM state_items WHERE scope = $1 AND key = ANY($2)`
+	if !wantSnippets {
+		sql = `SELECT key, '' FROM state_items WHERE scope = $1 AND key = ANY($2)`
+	}
+	rows, err := p.pool.Query(ctx, sql, enc, keys)
 	if err != nil {
 		return nil, p.dbError(ctx, "vector search", err)
 	}
@@ -130,7 +135,11 @@ func (p *Postgres) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []flo
 		if !ok {
 			continue
 		}
-		hits = append(hits, SearchHit{Key: h.key, Score: float64(h.score), Snippet: snippet(b, nil), Revision: h.rev})
+		hit := SearchHit{Key: h.key, Score: float64(h.score), Revision: h.rev}
+		if wantSnippets {
+			hit.Snippet = snippet(b, nil)
+		}
+		hits = append(hits, hit)
 	}
 	return hits, nil
 }

@@ -203,6 +203,9 @@ func testHybrid(t *testing.T, s *suite) {
 		if h.GetKey() == "words" && !strings.Contains(h.GetSnippet(), w) {
 			t.Errorf("snippet of a keyword match %q; want the matched word", h.GetSnippet())
 		}
+		if h.GetKey() == "meaning" && h.GetSnippet() != "nothing in common" {
+			t.Errorf("snippet of a vector-only match %q; want the start of its value", h.GetSnippet())
+		}
 	}
 	// Keyword mode, the default, is unchanged by embeddings.
 	if got := resultKeys(s.search(t, sc, w, 0)); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"both", "words"}) {
