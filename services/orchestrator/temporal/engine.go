@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-	"go.opentelemetry.io/otel/propagation"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -205,8 +204,10 @@ func (e *Engine) Start(ctx context.Context, req *orchestrator.StartRequest) (str
 	if err != nil {
 		return "", false, err
 	}
-	trace := map[string]string{}
-	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(trace))
+	// The workflow's own span: its ids chosen now, carried in the
+	// workflow's input (every step runs under it), reported once when
+	// the workflow ends (host.End, never while replaying).
+	trace := orchestrator.WorkflowTrace(ctx)
 	spec, err := orchestrator.NewSpec(req, agent, e.opts.Engine, trace)
 	if err != nil {
 		return "", false, fmt.Errorf("input: %v: %w", err, errs.InvalidArgument)

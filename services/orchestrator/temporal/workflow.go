@@ -75,6 +75,7 @@ func (e *Engine) workflow(ctx workflow.Context, in twInput) (*twResult, error) {
 			h.End(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED, f,
 				lifecycle.Observable(lifecyclev1.EventSource_EVENT_SOURCE_ORCHESTRATOR, "orchestrator.workflow.failed", h.id, in.RootAgent,
 					map[string]any{"code": f.Code, "message": f.Message, "reason": f.Reason}))
+			h.span(orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED)
 			return nil, failed(f)
 		}
 		spec.Budget = decimal.NewNullDecimal(b)
@@ -107,6 +108,7 @@ func (e *Engine) workflow(ctx workflow.Context, in twInput) (*twResult, error) {
 	})
 
 	exit := orchestrator.Run(h, spec)
+	h.span(exit.Status)
 	switch exit.Status {
 	case orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_COMPLETED:
 		return &h.res, nil
@@ -592,4 +594,18 @@ func (h *host) End(status orchestratorv1.WorkflowStatus, f *orchestrator.Failure
 	}
 	h.Publish(ending)
 	return true
+}
+
+// span reports the workflow's span (orchestrator.EndWorkflowSpan) as it
+// ends with status. A replay of the workflow (a worker that took it
+// over, a query of a finished one) ends it again: only the live run
+// reports it.
+func (h *host) span(status orchestratorv1.WorkflowStatus) {
+	if workflow.IsReplaying(h.ctx) {
+		return
+	}
+	if status == orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_CANCELED && h.stop == nil {
+		status = orchestratorv1.WorkflowStatus_WORKFLOW_STATUS_FAILED // as End records it
+	}
+	orchestrator.EndWorkflowSpan(h.in.Trace, h.id, h.in.RootAgent, status, workflow.GetInfo(h.ctx).WorkflowStartTime, workflow.Now(h.ctx))
 }
