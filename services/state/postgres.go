@@ -72,6 +72,8 @@ type Postgres struct {
 
 	// vectors is this replica's vector index (postgres_vector.go).
 	vectors *pgVectors
+	// pgvector says what OpenPostgres found of the pgvector extension.
+	pgvector string
 }
 
 var _ Backend = (*Postgres)(nil)
@@ -118,6 +120,14 @@ func OpenPostgres(ctx context.Context, dsn string, opts ...Option) (*Postgres, e
 		return nil, err
 	}
 	p.tokens = tokenSigner{secret: secret}
+	pgv, err := p.pgvectorStatus(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	p.pgvector = pgv
+	p.opts.logger.Info("vector search: an index in each replica's memory (exact, HNSW from 4096 vectors a scope), caught up from state_vector_log",
+		"pgvector", pgv)
 	return p, nil
 }
 
@@ -245,6 +255,9 @@ func (p *Postgres) prune(ctx context.Context, now time.Time) {
 		SELECT id FROM state_idempotency WHERE created_at <= $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cut, pgPruneBatch)
 	if err != nil && ctx.Err() == nil {
 		p.opts.logger.Warn("pruning idempotency records failed", "error", err)
+	}
+	if err := p.pruneVectorLog(ctx); err != nil && ctx.Err() == nil {
+		p.opts.logger.Warn("pruning the vector change log failed", "error", err)
 	}
 }
 
@@ -478,7 +491,7 @@ func (p *Postgres) Close() error {
 		return nil
 	}
 	p.pool.Close()
-	p.vectors.idx.close()
+	p.vectors.close()
 	return nil
 }
 

@@ -1,51 +1,64 @@
 package state
 
 import (
+	"bytes"
 	"context"
-	"hash/maphash"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 )
 
 // Vector search on PostgreSQL, without pgvector (Debian ships none for
-// PostgreSQL 15). Embeddings are stored in the database with their rows
+// PostgreSQL 15; OpenPostgres looks for it and logs which index is in
+// use). Embeddings are stored in the database with their rows
 // (state_items.embedding, written in the Write's transaction); the vector
 // index is in each replica's memory (a vectorIndex, the bbolt backend's:
-// exact below annMin vectors of a scope, HNSW above). A VectorSearch
-// first brings its replica's copy of the scope up to the database:
+// exact below annMin vectors of a scope, HNSW above, built in the
+// background). It is caught up from a change log, as the bbolt backend
+// catches its bleve index up from its own:
 //
-//  1. it reads the scope's (key, revision) pairs of the rows that have
-//     an embedding (an index-only scan of state_items_embedded; no
-//     vectors travel);
-//  2. it fetches the embeddings of the keys its copy lacks or holds at
-//     another revision (revisions are store-wide and never reused, so an
-//     equal revision is the same embedding), and drops the keys the
-//     database no longer has;
-//  3. it searches its copy.
+//   - a trigger on state_items adds a row to state_vector_log (seq, the
+//     writing transaction's xid, scope, key) for every change of a row
+//     that has or had an embedding, in the changing transaction (so a
+//     Write, a Delete and the retention sweeper alike);
+//   - a VectorSearch first reads, in one REPEATABLE READ snapshot, the
+//     log rows after the last seq its replica read, and those of
+//     transactions that were still running at its last read (xid at or
+//     above that snapshot's xmin: they may commit a seq below what it
+//     saw), then fetches the current rows of the changed keys of the
+//     scopes it holds (a key without a row or an embedding leaves the
+//     index), and, the first time it meets a scope, loads that scope's
+//     embeddings; the cost is the changes, not the scope;
+//   - replicas prune log rows older than pgVecLogKeep (with the
+//     idempotency records); a replica whose last read is below the pruned
+//     seq (state_vector_log_horizon) drops its index and loads again.
 //
 // So a search sees every Write and Delete acknowledged before it started,
-// by any replica (TestPostgresVectorReplicas), and a replica that
-// restarts or first meets a scope fetches its embeddings then (a 100k x
-// 768 scope moves about 300 MB and builds its graph on that first
-// search). Syncing and searching a scope hold a lock of that scope's
-// stripe, so an older snapshot never undoes a newer one.
-//
-// Trade-off: step 1 costs a scan of the scope's keys on every search
-// (linear in the scope, without the vectors); a change-log table read
-// from the last position seen would cost only the changes, and is the
-// next step if scopes grow to hundreds of thousands of embedded keys.
-
-// pgVecStripes is the number of scope lock stripes.
-const pgVecStripes = 64
+// by any replica (TestPostgresVectorReplicas, TestPostgresVectorLog). One
+// catch-up runs at a time per replica; searches run concurrently.
 
 // pgVecFetch bounds the keys of one embedding fetch.
 const pgVecFetch = 1000
 
+// pgVecLogKeep is how long change-log rows are kept.
+const pgVecLogKeep = time.Hour
+
 // pgVectors is the PostgreSQL backend's in-process vector index.
 type pgVectors struct {
+	mu chanMutex // held while catching up
+	// The fields below are guarded by mu (idx is replaced on a reload).
 	idx     *vectorIndex
-	seed    maphash.Seed
-	stripes [pgVecStripes]chanMutex
+	loaded  map[string]bool // encoded scopes whose embeddings are loaded
+	started bool            // pos and xmin are set
+	pos     int64           // the highest log seq read
+	xmin    int64           // the xmin of the last read's snapshot
+	// keep is how long log rows are kept (pgVecLogKeep; tests lower it).
+	keep time.Duration
+	// logRows (rows read by the last catch-up) and reloads are for tests.
+	logRows, reloads int
 }
 
 // chanMutex is a mutex whose Lock gives up when ctx ends.
@@ -63,11 +76,36 @@ func (m chanMutex) lock(ctx context.Context) error {
 func (m chanMutex) unlock() { <-m }
 
 func newPgVectors() *pgVectors {
-	v := &pgVectors{idx: newVectorIndex(), seed: maphash.MakeSeed()}
-	for i := range v.stripes {
-		v.stripes[i] = make(chanMutex, 1)
+	return &pgVectors{mu: make(chanMutex, 1), idx: newVectorIndex(), loaded: map[string]bool{}, keep: pgVecLogKeep}
+}
+
+// close stops the index's background builds.
+func (v *pgVectors) close() {
+	_ = v.mu.lock(context.Background())
+	defer v.mu.unlock()
+	v.idx.close()
+}
+
+// pgvectorStatus looks for the pgvector extension and returns what this
+// backend uses, for the start-up log: this build keeps the index in each
+// replica in every case (CREATE EXTENSION is never tried: it needs
+// rights the service should not have, and fails where the extension is
+// not installed on the server).
+func (p *Postgres) pgvectorStatus(ctx context.Context) (string, error) {
+	var installed, available *string
+	err := p.pool.QueryRow(ctx, `SELECT
+		(SELECT extversion FROM pg_extension WHERE extname = 'vector'),
+		(SELECT default_version FROM pg_available_extensions WHERE name = 'vector')`).Scan(&installed, &available)
+	if err != nil {
+		return "", p.dbError(ctx, "detect pgvector", err)
 	}
-	return v
+	switch {
+	case installed != nil:
+		return fmt.Sprintf("installed in the database (version %s) but not used: this build keeps the vector index in each replica", *installed), nil
+	case available != nil:
+		return fmt.Sprintf("available on the server (version %s), not installed in the database, not used", *available), nil
+	}
+	return "not available on this server (no vector extension)", nil
 }
 
 var _ VectorBackend = (*Postgres)(nil)
@@ -85,17 +123,11 @@ func (p *Postgres) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []flo
 	if p.closed.Load() {
 		return nil, errClosed
 	}
-	mu := p.vectors.stripes[maphash.Bytes(p.vectors.seed, enc)%pgVecStripes]
-	if err := mu.lock(ctx); err != nil {
+	idx, err := p.catchUpVectors(ctx, enc)
+	if err != nil {
 		return nil, err
 	}
-	ranked, err := func() ([]vecHit, error) {
-		defer mu.unlock()
-		if err := p.syncVectors(ctx, enc); err != nil {
-			return nil, err
-		}
-		return p.vectors.idx.search(ctx, string(enc), q, limit)
-	}()
+	ranked, err := idx.search(ctx, string(enc), q, limit)
 	if err != nil || len(ranked) == 0 {
 		return nil, err
 	}
@@ -144,79 +176,165 @@ func (p *Postgres) VectorSearch(ctx context.Context, s *typesv1.Scope, vec []flo
 	return hits, nil
 }
 
-// syncVectors brings the replica's copy of scope enc up to the database.
-// The caller holds the scope's stripe lock.
-func (p *Postgres) syncVectors(ctx context.Context, enc []byte) error {
-	rows, err := p.pool.Query(ctx, `SELECT key, revision FROM state_items WHERE scope = $1 AND embedding IS NOT NULL`, enc)
+// catchUpVectors brings the replica's index up to the database's
+// change log, loading scope enc if the index does not hold it yet, and
+// returns the index.
+func (p *Postgres) catchUpVectors(ctx context.Context, enc []byte) (*vectorIndex, error) {
+	v := p.vectors
+	if err := v.mu.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer v.mu.unlock()
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, p.dbError(ctx, "vector search", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var xmin, pruned, last int64
+	err = tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+		(SELECT pruned_upto FROM state_vector_log_horizon), (SELECT coalesce(max(seq), 0) FROM state_vector_log)`).Scan(&xmin, &pruned, &last)
+	if err != nil {
+		return nil, p.dbError(ctx, "vector search", err)
+	}
+	if !v.started || pruned > v.pos {
+		// Start (again) from this snapshot: the scopes load from it.
+		if v.started {
+			p.opts.logger.Warn("vector index reloads: the change log was pruned past this replica's last read", "last_read", v.pos, "pruned_upto", pruned)
+			old := v.idx
+			v.idx = newVectorIndex()
+			v.idx.annMin = old.annMin
+			old.close()
+			v.loaded = map[string]bool{}
+			v.reloads++
+		}
+		v.started = true
+	} else if err := p.readVectorLog(ctx, tx, &last); err != nil {
+		return nil, err
+	}
+	if !v.loaded[string(enc)] {
+		if err := p.loadVectorScope(ctx, tx, enc); err != nil {
+			return nil, err
+		}
+		v.loaded[string(enc)] = true
+	}
+	v.pos, v.xmin = max(v.pos, last), xmin
+	return v.idx, nil
+}
+
+// readVectorLog applies the log rows after the last seq read, and those
+// of transactions running at the last read, to the loaded scopes; *last
+// becomes the highest seq read.
+func (p *Postgres) readVectorLog(ctx context.Context, tx pgx.Tx, last *int64) error {
+	v := p.vectors
+	rows, err := tx.Query(ctx, `SELECT seq, scope, key FROM state_vector_log
+		WHERE seq > $1 OR xid >= ($2::bigint)::text::xid8`, v.pos, v.xmin)
 	if err != nil {
 		return p.dbError(ctx, "vector search", err)
 	}
-	current := map[string]uint64{}
 	var (
-		key []byte
-		rev int64
+		seq        int64
+		scope, key []byte
+		scopes     [][]byte
+		keys       [][]byte
+		seen       = map[string]bool{}
 	)
-	for rows.Next() {
-		if err := rows.Scan(&key, &rev); err != nil {
-			rows.Close()
-			return p.dbError(ctx, "vector search", err)
+	*last = v.pos
+	v.logRows = 0
+	_, err = pgx.ForEachRow(rows, []any{&seq, &scope, &key}, func() error {
+		v.logRows++
+		*last = max(*last, seq)
+		ck := string(scope) + "\x00" + string(key)
+		if v.loaded[string(scope)] && !seen[ck] {
+			seen[ck] = true
+			scopes, keys = append(scopes, bytes.Clone(scope)), append(keys, bytes.Clone(key))
 		}
-		current[string(key)] = uint64(rev)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return p.dbError(ctx, "vector search", err)
 	}
-	need, gone := p.vectors.idx.diff(string(enc), current)
-	for _, k := range gone {
-		p.vectors.idx.set(string(enc), k, 0, nil)
-	}
-	for len(need) > 0 {
-		batch := need[:min(len(need), pgVecFetch)]
-		need = need[len(batch):]
-		if err := p.fetchVectors(ctx, enc, batch); err != nil {
+	for len(keys) > 0 {
+		n := min(len(keys), pgVecFetch)
+		if err := p.refreshVectors(ctx, tx, scopes[:n], keys[:n]); err != nil {
 			return err
 		}
+		scopes, keys = scopes[n:], keys[n:]
 	}
 	return nil
 }
 
-// fetchVectors loads the embeddings of keys of scope enc into the copy.
-func (p *Postgres) fetchVectors(ctx context.Context, enc []byte, keys [][]byte) error {
-	rows, err := p.pool.Query(ctx, `SELECT key, revision, embedding FROM state_items
-		WHERE scope = $1 AND key = ANY($2) AND embedding IS NOT NULL`, enc, keys)
+// refreshVectors sets the index's entries of the keys (scopes[i],
+// keys[i]) to their current rows: a key without a row or an embedding
+// leaves the index.
+func (p *Postgres) refreshVectors(ctx context.Context, tx pgx.Tx, scopes, keys [][]byte) error {
+	rows, err := tx.Query(ctx, `SELECT c.scope, c.key, i.revision, i.embedding
+		FROM unnest($1::bytea[], $2::bytea[]) AS c(scope, key)
+		LEFT JOIN state_items i ON i.scope = c.scope AND i.key = c.key`, scopes, keys)
 	if err != nil {
 		return p.dbError(ctx, "vector search", err)
 	}
-	defer rows.Close()
 	var (
-		key []byte
-		rev int64
-		raw []byte
+		scope, key []byte
+		rev        *int64
+		raw        []byte
 	)
-	seen := map[string]bool{}
-	for rows.Next() {
-		if err := rows.Scan(&key, &rev, &raw); err != nil {
-			return p.dbError(ctx, "vector search", err)
-		}
-		seen[string(key)] = true
-		vec, err := decodeVector(raw)
-		if err != nil {
-			p.opts.logger.Error("stored embedding unreadable; the key is left out of vector search", "key", truncate(string(key)), "err", err)
-			p.vectors.idx.set(string(enc), string(key), 0, nil)
-			continue
-		}
-		p.vectors.idx.set(string(enc), string(key), uint64(rev), vec)
-	}
-	if err := rows.Err(); err != nil {
+	_, err = pgx.ForEachRow(rows, []any{&scope, &key, &rev, &raw}, func() error {
+		p.setVector(scope, key, rev, raw)
+		return nil
+	})
+	if err != nil {
 		return p.dbError(ctx, "vector search", err)
 	}
-	// Keys deleted (or written without an embedding) since the list was
-	// read: drop them too.
-	for _, k := range keys {
-		if !seen[string(k)] {
-			p.vectors.idx.set(string(enc), string(k), 0, nil)
-		}
+	return nil
+}
+
+// loadVectorScope loads every embedding of scope enc into the index.
+func (p *Postgres) loadVectorScope(ctx context.Context, tx pgx.Tx, enc []byte) error {
+	rows, err := tx.Query(ctx, `SELECT key, revision, embedding FROM state_items WHERE scope = $1 AND embedding IS NOT NULL`, enc)
+	if err != nil {
+		return p.dbError(ctx, "vector search", err)
+	}
+	var (
+		key []byte
+		rev *int64
+		raw []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &rev, &raw}, func() error {
+		p.setVector(enc, key, rev, raw)
+		return nil
+	})
+	if err != nil {
+		return p.dbError(ctx, "vector search", err)
 	}
 	return nil
+}
+
+// setVector sets key's entry in the index from its row (rev nil: no row;
+// raw nil: no embedding).
+func (p *Postgres) setVector(enc, key []byte, rev *int64, raw []byte) {
+	idx := p.vectors.idx
+	if rev == nil || raw == nil {
+		idx.set(string(enc), string(key), 0, nil)
+		return
+	}
+	vec, err := decodeVector(raw)
+	if err != nil {
+		p.opts.logger.Error("stored embedding unreadable; the key is left out of vector search", "key", truncate(string(key)), "err", err)
+		idx.set(string(enc), string(key), 0, nil)
+		return
+	}
+	idx.set(string(enc), string(key), uint64(*rev), vec)
+}
+
+// pruneVectorLog deletes a batch of change-log rows older than the
+// keep time and raises the pruned horizon past them.
+func (p *Postgres) pruneVectorLog(ctx context.Context) error {
+	_, err := p.pool.Exec(ctx, `WITH d AS (
+			DELETE FROM state_vector_log WHERE seq IN (
+				SELECT seq FROM state_vector_log WHERE at <= now() - make_interval(secs => $1)
+				ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)
+			RETURNING seq)
+		UPDATE state_vector_log_horizon SET pruned_upto = greatest(pruned_upto, (SELECT max(seq) FROM d))
+		WHERE id = 1 AND EXISTS (SELECT 1 FROM d)`, p.vectors.keep.Seconds(), pgPruneBatch)
+	return err
 }

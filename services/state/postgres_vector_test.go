@@ -1,8 +1,11 @@
 package state
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/secbear/neuron/internal/testenv"
@@ -56,6 +59,7 @@ func TestPostgresVectorReplicas(t *testing.T) {
 			t.Fatalf("search by k07's own vector: %+v", hits)
 		}
 		enc, _ := scope.Encode(s)
+		p.vectors.idx.settle() // the graph is built in the background
 		if g := p.vectors.idx.scopes[string(enc)].graphs[32]; g == nil || g.Len() != 60 {
 			t.Fatalf("replica has no graph of the scope's 60 vectors")
 		}
@@ -98,5 +102,72 @@ func TestPostgresVectorReplicas(t *testing.T) {
 	c := openPostgresDSN(t, dsn)
 	if hits := top(c, vecs["k11"], 1); len(hits) != 1 || hits[0].Key != "k11" {
 		t.Errorf("new replica: %+v", hits)
+	}
+}
+
+// TestPostgresVectorLog: OpenPostgres logs which vector index is in use
+// and what it found of pgvector; a replica that holds a scope catches up
+// by reading the change log's new rows only (not the scope's keys); a
+// replica whose last read falls behind the pruned log reloads, and still
+// sees a write whose log row was pruned (without the reload it would
+// not).
+func TestPostgresVectorLog(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	var logs bytes.Buffer
+	a := openPostgresDSN(t, dsn, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	b := openPostgresDSN(t, dsn)
+	if !strings.Contains(logs.String(), "state_vector_log") || !strings.Contains(logs.String(), "pgvector=") || a.pgvector == "" {
+		t.Errorf("start-up log %q; want the vector index in use and what was found of pgvector", logs.String())
+	}
+	t.Logf("pgvector: %s", a.pgvector)
+	s := scope.Session("log")
+	data := vecsynth.New(22, 16, 4)
+	vecs := map[string][]float32{}
+	write := func(p *Postgres, key string) {
+		t.Helper()
+		vecs[key] = data.Next()
+		if _, err := p.Write(ctx, s, key, str("value "+key), Guard{Embedding: vecs[key]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	find := func(p *Postgres, key string) bool {
+		t.Helper()
+		hits, err := p.VectorSearch(ctx, s, vecs[key], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(hits) == 1 && hits[0].Key == key
+	}
+	for i := range 50 {
+		write(a, fmt.Sprintf("k%02d", i))
+	}
+	if !find(b, "k03") {
+		t.Fatal("b does not find k03 at its first search")
+	}
+	write(a, "new")
+	if !find(b, "new") {
+		t.Fatal("b does not find a's new write")
+	}
+	// One log row is new; rows of transactions running at b's last read
+	// are read again, which a quiet database does not have.
+	if n := b.vectors.logRows; n < 1 || n >= 50 {
+		t.Errorf("b's catch-up read %d log rows; want the one new row, not the scope", n)
+	}
+
+	// a writes again, then prunes every log row: b's last read is
+	// behind the pruned log; it reloads and finds the write.
+	write(a, "after")
+	a.vectors.keep = 0
+	if err := a.pruneVectorLog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !find(b, "after") {
+		t.Error("b does not find a write whose log row was pruned")
+	}
+	if b.vectors.reloads != 1 {
+		t.Errorf("b reloaded %d times; want 1", b.vectors.reloads)
+	}
+	if !find(b, "k10") {
+		t.Error("b lost k10 in the reload")
 	}
 }

@@ -531,29 +531,3 @@ func checkVectorSearch(vec []float32, limit int) ([]float32, error) {
 	}
 	return checkVector(vec, "query embedding")
 }
-
-// diff compares scope enc with current (key -> revision, the database's
-// keys with an embedding): need holds the keys absent or at another
-// revision in x, gone the keys of x absent from current.
-func (x *vectorIndex) diff(enc string, current map[string]uint64) (need [][]byte, gone []string) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	sc := x.scopes[enc]
-	for k, rev := range current {
-		if sc == nil {
-			need = append(need, []byte(k))
-			continue
-		}
-		if i, ok := sc.pos[k]; !ok || sc.entries[i].rev != rev {
-			need = append(need, []byte(k))
-		}
-	}
-	if sc != nil {
-		for _, e := range sc.entries {
-			if _, ok := current[e.key]; !ok {
-				gone = append(gone, e.key)
-			}
-		}
-	}
-	return need, gone
-}
