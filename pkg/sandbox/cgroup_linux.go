@@ -217,6 +217,13 @@ func (g *cgroup) stats() CgroupStats {
 		s.CPUThrottled = readKeyed(filepath.Join(g.cpu, "cpu.stat"))["nr_throttled"]
 	}
 	if g.v2 {
+		// Every v2 group has cpu.stat's usage, with or without the cpu
+		// controller.
+		s.CPUUsage = time.Duration(readKeyed(filepath.Join(g.memory, "cpu.stat"))["usage_usec"]) * time.Microsecond
+	} else if g.cpu != "" {
+		s.CPUUsage = time.Duration(readInt(filepath.Join(g.cpu, "cpuacct.usage"))) // ns; only where cpu and cpuacct share a mount
+	}
+	if g.v2 {
 		s.PeakMemoryBytes = readInt(filepath.Join(g.memory, "memory.peak"))
 		ev := readKeyed(filepath.Join(g.memory, "memory.events"))
 		s.OOMKills, s.MemoryLimitHits = ev["oom_kill"], ev["max"]

@@ -22,6 +22,7 @@ type Result struct {
 	Signal                 string
 	TimedOut               bool
 	Duration               time.Duration
+	CPUTime                time.Duration
 	Cgroup                 *CgroupStats
 }
 

@@ -201,6 +201,11 @@ type CgroupStats struct {
 	// CPUThrottled counts the periods in which the CPU cap throttled
 	// the tree.
 	CPUThrottled int64
+	// CPUUsage is the CPU time of every process of the tree: cgroup v2's
+	// cpu.stat usage_usec, or cgroup v1's cpuacct.usage where cpuacct is
+	// mounted with the cpu controller and a CPU cap made a cpu group
+	// (else 0: unknown; Result.CPUTime then has wait4's count).
+	CPUUsage time.Duration
 }
 
 // IDs are a host uid and gid.

@@ -46,6 +46,11 @@ type Result struct {
 	TimedOut bool
 	// Duration is the wall-clock time from start to exit.
 	Duration time.Duration
+	// CPUTime is the CPU time (user and system) the run used: the
+	// process's and the descendants' it waited for (wait4's rusage), or
+	// the cgroup's count of every process in it where that is larger
+	// and known (CgroupStats.CPUUsage).
+	CPUTime time.Duration
 	// Cgroup is what the run's control group recorded; nil without
 	// Policy.Cgroup.
 	Cgroup *CgroupStats
@@ -356,9 +361,13 @@ func run(ctx context.Context, p Policy, cfg childConfig, stdin io.Reader) (*Resu
 	if waitErr != nil && !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		return nil, fmt.Errorf("sandbox: %w", waitErr)
 	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	if cg != nil {
 		st := cg.stats()
 		res.Cgroup = &st
+		res.CPUTime = max(res.CPUTime, st.CPUUsage)
 	}
 	res.Stdout, res.StdoutSize = stdout.buf, stdout.n
 	res.Stderr, res.StderrSize = stderr.buf, stderr.n

@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	"github.com/secbear/neuron/pkg/errs"
@@ -401,6 +402,9 @@ func cpuBound(res *sandbox.Result, lim environment.Limits) bool {
 // usage reports what the sandbox measured.
 func usage(res *sandbox.Result) *environmentv1.ResourceUsage {
 	u := &environmentv1.ResourceUsage{}
+	if res.CPUTime > 0 {
+		u.CpuTime = durationpb.New(res.CPUTime)
+	}
 	if cg := res.Cgroup; cg != nil {
 		u.PeakMemoryBytes = uint64(max(cg.PeakMemoryBytes, 0))
 		if cg.OOMKills > 0 {
