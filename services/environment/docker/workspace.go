@@ -572,17 +572,5 @@ func (b *Backend) SweepWorkspaces(ctx context.Context, now time.Time, retention 
 
 // RunRetention sweeps every interval until ctx ends.
 func (b *Backend) RunRetention(ctx context.Context, retention, interval time.Duration) {
-	if retention <= 0 {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		b.SweepWorkspaces(ctx, time.Now(), retention)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	workspace.RunRetention(ctx, retention, interval, func(now time.Time) { b.SweepWorkspaces(ctx, now, retention) })
 }

@@ -20,6 +20,7 @@ import (
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/services/environment"
+	"github.com/secbear/neuron/services/environment/workspace"
 )
 
 // Labels and annotations of a workspace's PersistentVolumeClaim.
@@ -200,17 +201,5 @@ func (b *Backend) SweepWorkspaces(ctx context.Context, now time.Time, retention 
 
 // RunRetention sweeps every interval until ctx ends.
 func (b *Backend) RunRetention(ctx context.Context, retention, interval time.Duration) {
-	if retention <= 0 {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		b.SweepWorkspaces(ctx, time.Now(), retention)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	workspace.RunRetention(ctx, retention, interval, func(now time.Time) { b.SweepWorkspaces(ctx, now, retention) })
 }

@@ -270,13 +270,21 @@ func (s *Store) Sweep(now time.Time) int {
 
 // RunRetention sweeps every interval until ctx ends.
 func (s *Store) RunRetention(ctx context.Context, interval time.Duration) {
-	if s.retention <= 0 {
+	RunRetention(ctx, s.retention, interval, func(now time.Time) { s.Sweep(now) })
+}
+
+// RunRetention calls sweep with the time now, and again every interval,
+// until ctx ends; with retention <= 0 (workspaces kept until deleted) it
+// returns at once. The process backend's store and the docker and
+// kubernetes backends' volumes and claims sweep through it.
+func RunRetention(ctx context.Context, retention, interval time.Duration, sweep func(now time.Time)) {
+	if retention <= 0 {
 		return
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.Sweep(time.Now())
+		sweep(time.Now())
 		select {
 		case <-ctx.Done():
 			return

@@ -332,3 +332,31 @@ func TestRetention(t *testing.T) {
 		t.Errorf("after the sweep: old %v, new %v, busy %v", s.Exists("old"), s.Exists("new"), s.Exists("busy"))
 	}
 }
+
+// TestRunRetentionLoop: the sweep loop the store and the container
+// backends share sweeps at once and on each tick until its context ends,
+// and never with a retention of zero or less (kept until deleted).
+func TestRunRetentionLoop(t *testing.T) {
+	RunRetention(context.Background(), 0, time.Millisecond, func(time.Time) { t.Error("swept with no retention") })
+	RunRetention(context.Background(), -time.Hour, time.Millisecond, func(time.Time) { t.Error("swept with a negative retention") })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	swept := make(chan time.Time)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		RunRetention(ctx, time.Hour, time.Millisecond, func(now time.Time) {
+			select {
+			case swept <- now:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	first := <-swept
+	second := <-swept
+	if second.Before(first) {
+		t.Errorf("second sweep at %v, before the first at %v", second, first)
+	}
+	cancel()
+	<-done
+}
