@@ -53,9 +53,10 @@ import (
 // written after the sweep read the store, and MaxEntries keeps the newest
 // keys, the ones a retry can concern.
 //
-// PostgreSQL: not supported yet (Run refuses a policy on that backend);
-// the rows carry no write time either, and the deletion would have to go
-// through the change log its replicas' indexes follow.
+// PostgreSQL: the notes are in state_meta, shared by the replicas, each
+// running its own sweeper (the deletions are compare-and-set, so two
+// sweepers never remove a newer write); the vector change log's trigger
+// carries the deletions to every replica's index (retention_postgres.go).
 type RetentionRule struct {
 	// Scope selects scopes: "*" (every scope), a kind ("session",
 	// "workflow", "agent", "global", "custom": every scope of that kind),
@@ -238,12 +239,12 @@ type Sweeper struct {
 }
 
 // NewSweeper returns a sweeper of rules over b, reading time from now
-// (time.Now when nil). b must be a bbolt or memory backend: another is
-// an error wrapping errs.FailedPrecondition.
+// (time.Now when nil). b must be a bbolt, memory or PostgreSQL backend:
+// another is an error wrapping errs.FailedPrecondition.
 func NewSweeper(b Backend, rules []RetentionRule, now func() time.Time, log *slog.Logger) (*Sweeper, error) {
 	rs, ok := b.(retentionStore)
 	if !ok {
-		return nil, fmt.Errorf("retention rules are enforced on the bolt and memory backends only, not on %T: %w", b, errs.FailedPrecondition)
+		return nil, fmt.Errorf("retention rules are enforced on the bolt, memory and postgres backends only, not on %T: %w", b, errs.FailedPrecondition)
 	}
 	for i, r := range rules {
 		if err := r.check(); err != nil {

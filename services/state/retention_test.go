@@ -15,6 +15,7 @@ import (
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	typesv1 "github.com/secbear/neuron/gen/layer0/types/v1"
 	"github.com/secbear/neuron/internal/harness"
+	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/scope"
 )
@@ -130,15 +131,14 @@ func removedKeys(rs []Removed) []string {
 	return out
 }
 
-// TestRetentionSweep: on both backends, with a hand-moved clock, a
-// max-entries rule keeps each selected scope's newest keys, a max-age
-// rule deletes keys once a sweep at least max-age ago had seen them, the
-// rest is untouched, and the full-text and vector indexes follow.
+// TestRetentionSweep: on every backend (PostgreSQL when it can start),
+// with a hand-moved clock, a max-entries rule keeps each selected scope's
+// newest keys, a max-age rule deletes keys once a sweep at least max-age
+// ago had seen them, the rest is untouched, and the full-text and vector
+// indexes follow (the vector index having answered before the sweep: on
+// PostgreSQL it follows through the change log).
 func TestRetentionSweep(t *testing.T) {
-	for _, bk := range []struct {
-		name string
-		open opener
-	}{{"memory", openMemory}, {"bolt", openBoltTemp}} {
+	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
 			b := bk.open(t)
 			s1, s2, g := scope.Session("s1"), scope.Session("s2"), scope.Global()
@@ -154,6 +154,13 @@ func TestRetentionSweep(t *testing.T) {
 			write(s1, "summary/1")
 			write(s2, "conversation/1")
 			write(g, "g/1", 0, 1, 0)
+			if vb, ok := b.(VectorBackend); ok {
+				for _, s := range []*typesv1.Scope{s1, g} {
+					if hits, err := vb.VectorSearch(ctx, s, []float32{1, 0, 0}, 10); err != nil || len(hits) == 0 {
+						t.Fatalf("vector search before the sweep: %v, %v", hits, err)
+					}
+				}
+			}
 			clock := &handClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 			sw, err := NewSweeper(b, []RetentionRule{
 				{Scope: "session", Prefix: "conversation/", MaxEntries: 3},
@@ -290,6 +297,44 @@ func TestRetentionIdempotentRetry(t *testing.T) {
 	}
 }
 
+// TestRetentionPostgresSharesAges: the sweeper's notes are in the
+// database, so a sweep by another replica (a new sweeper) ages keys from
+// the first one's note, and removes only what that note covers.
+func TestRetentionPostgresSharesAges(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	a, b := openPostgresDSN(t, dsn), openPostgresDSN(t, dsn)
+	s := scope.Custom("logs")
+	if _, err := a.Write(ctx, s, "old", str("x"), Guard{}); err != nil {
+		t.Fatal(err)
+	}
+	clock := &handClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rules := []RetentionRule{{Scope: "custom", MaxAge: time.Hour}}
+	sw, err := NewSweeper(a, rules, clock.now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sw.Sweep(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("first sweep: %q, %v", removedKeys(got), err)
+	}
+	if _, err := b.Write(ctx, s, "new", str("y"), Guard{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(2 * time.Hour)
+	if sw, err = NewSweeper(b, rules, clock.now, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(removedKeys(got), []string{`custom:"logs" old max-age`}) {
+		t.Fatalf("replica b's sweep removed %q, want only old", removedKeys(got))
+	}
+	if got := listKeys(t, a, s); !slices.Equal(got, []string{"new"}) {
+		t.Fatalf("keys %q; want new", got)
+	}
+}
+
 // TestRetentionBoltRemembersAges: bbolt keeps the sweeper's notes, so a
 // key seen by a sweep before a restart is aged from then.
 func TestRetentionBoltRemembersAges(t *testing.T) {
@@ -329,7 +374,7 @@ func TestRetentionBoltRemembersAges(t *testing.T) {
 
 // TestRunRetention: the service's background sweeper, configured as
 // --retention configures it, enforces max-entries on what clients write
-// through gRPC; a policy on PostgreSQL is refused.
+// through gRPC; a backend the sweeper cannot enumerate is refused.
 func TestRunRetention(t *testing.T) {
 	rules, err := ParseRetention("scope=session,prefix=conversation/,max-entries=2")
 	if err != nil {
