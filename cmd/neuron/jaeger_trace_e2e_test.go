@@ -235,6 +235,13 @@ func TestUpJaeger(t *testing.T) {
 			t.Errorf("chat span without its GenAI attributes in Jaeger: %+v", c)
 		}
 	}
+	// Each sandboxed run carries its CPU time (the process backend
+	// measures it on every machine: wait4's rusage, or the cgroup's).
+	for _, c := range telemetrytest.Named(spans, "sandbox process") {
+		if v, ok := c.Attrs["neuron.sandbox.cpu_time_s"].(float64); !ok || v <= 0 {
+			t.Errorf("sandbox span without its CPU time: %+v", c.Attrs)
+		}
+	}
 	t.Logf("the trace is at %s/trace/%s", j.query, telemetrytest.Named(spans, "dispatch assistant")[0].TraceID)
 }
 
