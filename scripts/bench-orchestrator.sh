@@ -11,6 +11,10 @@
 #                (journal.WithoutSync): NOT a production mode, nothing is
 #                durable; it splits Dispatch's gap to the echo into the
 #                disk's fsync and the rest (gRPC hop, chain, journal CPU)
+#   DispatchFloor  the same calls and commit with nothing of ours in the
+#                orchestrator's place (internal/floor: a bare grpc-go server
+#                that streams the call, writes the transcript to the same
+#                State and makes one fsynced bbolt commit): the design's floor
 #   DispatchTemporal  the same on the Temporal backend, against a Temporal
 #                dev server (SQLite) started for the run; its CPU column is
 #                the orchestrator process only, not the Temporal server's
@@ -38,7 +42,7 @@ benchtime=${BENCHTIME:-2s}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for _ in $(seq "$count"); do
-  go test -run '^$' -bench '^Benchmark(Dispatch|DispatchNoSync|DispatchTemporal|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
+  go test -run '^$' -bench '^Benchmark(Dispatch|DispatchFloor|DispatchNoSync|DispatchTemporal|Echo)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/benchmark | grep '^Benchmark' | tee -a "$out" >&2
   go test -run '^$' -bench '^BenchmarkJournal(Dispatch|Step)$' -benchmem -benchtime "$benchtime" ./services/orchestrator/journal | grep '^Benchmark' | tee -a "$out" >&2
 done
 
@@ -93,6 +97,8 @@ END {
       floor = sprintf("%.0f commits x 2 fsyncs x %.0f µs: <= %.0f/s = %.1f%% of echo", commits1, fsync, fl, 100 * fl / eops)
     }
     if (dops != "") printf "| Dispatch | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", c, dops, m(d, "p50-us"), m(d, "p99-us"), m(d, "cpu-us/op"), m(d, "allocs/op"), ratio, verdict, floor
+    f = "DispatchFloor/c=" c; fops = m(f, "ops/s")
+    if (fops != "") printf "| DispatchFloor (the same calls and commit, bare code: internal/floor) | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f%% | (floor) | the design: %s |\n", c, fops, m(f, "p50-us"), m(f, "p99-us"), m(f, "cpu-us/op"), m(f, "allocs/op"), (eops > 0 ? 100 * fops / eops : 0), (dops != "" && fops > 0 ? sprintf("Dispatch at %.0f%% of it", 100 * dops / fops) : "")
     u = "DispatchNoSync/c=" c; uops = m(u, "ops/s")
     if (uops != "") printf "| DispatchNoSync (no fsync: not durable, not a production mode) | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f%% | (none) | the rest: gRPC hop, chain, journal CPU |\n", c, uops, m(u, "p50-us"), m(u, "p99-us"), m(u, "cpu-us/op"), m(u, "allocs/op"), (eops > 0 ? 100 * uops / eops : 0)
     t = "DispatchTemporal/c=" c; tops = m(t, "ops/s")

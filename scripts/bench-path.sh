@@ -14,6 +14,9 @@
 #                           fresh sandboxed operator process per dispatch
 #                           (its CPU: "sandboxes"); skipped where the
 #                           sandbox cannot run
+#   Path/route=floor        the floor: the same processes, calls, stream
+#                           messages, durable commits and model calls with
+#                           bare grpc-go servers (internal/pathbench/floor)
 #   HandLoop                the handloop command against the same mock
 # See internal/pathbench/doc.go. COUNT runs (default 3), medians reported;
 # BENCHTIME (default 3s) per measurement; K tool calls (default 3).
@@ -85,7 +88,7 @@ END {
   print "| variant | concurrency | CPU µs / model call | vs hand loop | target <= 2x | wall ms / dispatch | p50 ms | p99 ms | CPU µs / model call by process | peak RSS MiB by process |"
   print "|---|---:|---:|---:|---|---:|---:|---:|---|---|"
   split("1 16", concs, " ")
-  nv = split("Path/route=operator Path/route=environment-local Path/route=environment-process HandLoop", variants, " ")
+  nv = split("Path/route=operator Path/route=environment-local Path/route=environment-process Path/route=floor HandLoop", variants, " ")
   for (c = 1; c <= 2; c++) {
     hand = m("HandLoop/c=" concs[c], "cpu-us/call")
     for (j = 1; j <= nv; j++) {
@@ -93,7 +96,9 @@ END {
       if (!n[name]) continue
       cpu = m(name, "cpu-us/call")
       label = variants[j]; sub(/^Path\/route=/, "dispatch via ", label)
+      if (label == "dispatch via floor") label = "floor: the same calls, bare services"
       if (label == "HandLoop") { ratio = "(baseline)"; verdict = "" }
+      else if (label ~ /^floor/ && hand > 0) { ratio = sprintf("%.1fx", cpu / hand); verdict = "(floor)" }
       else if (hand > 0) { r = cpu / hand; ratio = sprintf("%.1fx", r); verdict = (r <= 2 ? "met" : "MISSED") }
       else { ratio = "(no baseline)"; verdict = "" }
       p50 = m(name, "p50-us"); p99 = m(name, "p99-us")
@@ -101,6 +106,19 @@ END {
         m(name, "wall-us/op") / 1000, (p50 == "" ? "-" : sprintf("%.1f", p50 / 1000)), (p99 == "" ? "-" : sprintf("%.1f", p99 / 1000)),
         by(name, "-cpu-us/call", "%.0f"), by(name, "-rss-MiB", "%.0f")
     }
+  }
+  for (c = 1; c <= 2; c++) {
+    fl = m("Path/route=floor/c=" concs[c], "cpu-us/call")
+    if (fl == "") continue
+    for (j = 1; j <= 3; j++) {
+      cpu = m(variants[j] "/c=" concs[c], "cpu-us/call")
+      if (cpu != "") { lbl = variants[j]; sub(/^Path\/route=/, "", lbl); over = over sprintf("%s%s at c=%d: %.1fx", (over == "" ? "" : "; "), lbl, concs[c], cpu / fl) }
+    }
+  }
+  if (over != "") {
+    print ""
+    print "Over the floor (the same processes, calls, stream messages, durable commits and model calls"
+    print "with bare grpc-go servers: internal/floor): " over
   }
   print ""
   print "CPU is read from each process'"'"'s CPU-time clock (every thread, kernel time of fsync included)"

@@ -49,6 +49,7 @@ const (
 	orchestratorPkg = "github.com/secbear/neuron/services/orchestrator/cmd/orchestrator"
 	environmentPkg  = "github.com/secbear/neuron/services/environment/cmd/environment"
 	handLoopPkg     = "github.com/secbear/neuron/internal/benchkit/handloop"
+	floorPkg        = "github.com/secbear/neuron/internal/floor/cmd/floor"
 )
 
 const (
@@ -79,6 +80,12 @@ const (
 	// namespaces, cgroup, seccomp), reaching the mock through the
 	// invocation's egress proxy and State through its read-only bridge.
 	routeEnvProcess = "environment-process"
+	// routeFloor: the floor command in each role (state, operator,
+	// orchestrator): the same processes, calls, stream messages, durable
+	// commits and model calls as routeOperator with nothing else, so
+	// what a dispatch costs there is what the design costs on this
+	// machine.
+	routeFloor = "floor"
 )
 
 // BenchmarkPath dispatches an agent through the real binaries: gRPC
@@ -87,7 +94,7 @@ const (
 // dispatch in a session of its own, so its history is read from and
 // written to State. Only the services' CPU is counted.
 func BenchmarkPath(b *testing.B) {
-	for _, route := range []string{routeOperator, routeEnvLocal, routeEnvProcess} {
+	for _, route := range []string{routeOperator, routeEnvLocal, routeEnvProcess, routeFloor} {
 		b.Run("route="+route, func(b *testing.B) {
 			w := startWorld(b, route)
 			for _, conc := range concurrencies {
@@ -159,6 +166,9 @@ type world struct {
 // waits until each is SERVING.
 func startWorld(b *testing.B, route string) *world {
 	skipUnlessLinux(b)
+	if route == routeFloor {
+		return startFloor(b)
+	}
 	stateBin := testenv.BuildStatic(b, statePkg)
 	opBin := testenv.BuildStatic(b, operatorPkg)
 	orchBin := testenv.BuildStatic(b, orchestratorPkg)
@@ -246,6 +256,36 @@ func startWorld(b *testing.B, route string) *world {
 		"--agents", agents, "--state-addr", addr["state"], "--data-dir", filepath.Join(dir, "orchestrator"))
 	w.client = orchestratorv1.NewOrchestratorServiceClient(dial(b, addr["orchestrator"]))
 	if err := w.dispatch(ctx); err != nil { // warm up every connection
+		b.Fatal(err)
+	}
+	return w
+}
+
+// startFloor starts the mock model and the floor command in each of its
+// roles, each a process of its own, like startWorld's routeOperator.
+func startFloor(b *testing.B) *world {
+	bin := testenv.BuildStatic(b, floorPkg)
+	w := &world{run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	w.mock = benchkit.StartMockModel(b, *toolCalls, toolName, toolArgs)
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, toolFile), []byte(toolText), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := map[string]string{}
+	start := func(role string, args ...string) {
+		addr[role] = proc.FreeAddr(b)
+		p := proc.Start(b, bin, proc.Options{Name: role, LogPath: filepath.Join(dir, role+".log")},
+			append([]string{"-role", role, "-addr", addr[role]}, args...)...)
+		p.WaitServing(ctx, b, healthpb.NewHealthClient(dial(b, addr[role])), "", 50*time.Millisecond)
+		w.ours = append(w.ours, &measured{name: role, pid: p.Pid()})
+	}
+	start("state", "-data-dir", filepath.Join(dir, "state"))
+	start("operator", "-state-addr", addr["state"], "-base-url", w.mock.URL, "-model", model, "-workspace", dir)
+	start("orchestrator", "-state-addr", addr["state"], "-operator-addr", addr["operator"], "-data-dir", filepath.Join(dir, "orchestrator"))
+	w.client = orchestratorv1.NewOrchestratorServiceClient(dial(b, addr["orchestrator"]))
+	if err := w.dispatch(ctx); err != nil {
 		b.Fatal(err)
 	}
 	return w

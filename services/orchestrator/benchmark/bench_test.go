@@ -19,6 +19,7 @@ import (
 	orchestratorv1 "github.com/secbear/neuron/gen/layer0/orchestrator/v1"
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/benchkit"
+	"github.com/secbear/neuron/internal/floor"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/internal/testenv"
 	"github.com/secbear/neuron/pkg/content"
@@ -57,6 +58,27 @@ func BenchmarkDispatchNoSync(b *testing.B) {
 	cfg.Backend, cfg.DataDir = serve.BackendBolt, b.TempDir()
 	cfg.JournalOptions = []journal.OpenOption{journal.WithoutSync()}
 	benchDispatch(b, serveOrchestrator(b, cfg))
+}
+
+// BenchmarkDispatchFloor is BenchmarkDispatch's work with nothing of
+// ours in the orchestrator's place: internal/floor's orchestrator (a
+// bare grpc-go server that streams the call, writes the transcript entry
+// to the same State and makes one fsynced bbolt commit) in front of its
+// trivial operator. What the design costs on this machine: Dispatch
+// cannot be cheaper than this.
+func BenchmarkDispatchFloor(b *testing.B) {
+	db, err := floor.OpenDB(b.TempDir(), "journal.db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	ops := grpc.NewServer()
+	operatorv1.RegisterOperatorServiceServer(ops, floor.TrivialOperator())
+	opAddr := serveBare(b, ops)
+	gs := grpc.NewServer()
+	orchestratorv1.RegisterOrchestratorServiceServer(gs, floor.NewOrchestrator(db,
+		statev1.NewStateServiceClient(dial(b, startState(b))), operatorv1.NewOperatorServiceClient(dial(b, opAddr))))
+	benchDispatch(b, orchestratorv1.NewOrchestratorServiceClient(dial(b, serveBare(b, gs))))
 }
 
 // BenchmarkDispatchTemporal is BenchmarkDispatch on the Temporal backend,
