@@ -2,13 +2,10 @@ package environment_test
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -22,6 +19,7 @@ import (
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/middleware/remote"
 	"github.com/secbear/neuron/services/environment"
+	"github.com/secbear/neuron/services/environment/internal/mwtest"
 )
 
 // execPolicy is a MiddlewareService at the exec boundary for sandbox
@@ -29,70 +27,50 @@ import (
 // the argv of one mentioning "rewrite-me", replaces the text of one
 // mentioning "shell-me", and fails on one mentioning "explode"; after,
 // it halts a command that exited 3. It records what it was shown.
-type execPolicy struct {
-	middlewarev1.UnimplementedMiddlewareServiceServer
-	mu    sync.Mutex
-	calls []string
-}
-
-func (p *execPolicy) Describe(context.Context, *middlewarev1.DescribeRequest) (*middlewarev1.DescribeResponse, error) {
-	return &middlewarev1.DescribeResponse{Name: "sandbox-policy", Subscriptions: []*middlewarev1.Subscription{
-		{Boundary: middlewarev1.Boundary_BOUNDARY_EXEC, Phase: middlewarev1.Phase_PHASE_BEFORE},
-		{Boundary: middlewarev1.Boundary_BOUNDARY_EXEC, Phase: middlewarev1.Phase_PHASE_AFTER},
-	}}, nil
-}
-
-func (p *execPolicy) InterceptExec(_ context.Context, r *middlewarev1.InterceptExecRequest) (*middlewarev1.InterceptExecResponse, error) {
-	in := r.GetInput()
-	cmd := content.TextOf(in.GetMessage())
-	p.mu.Lock()
-	p.calls = append(p.calls, r.GetPhase().String()+" "+in.GetCustomTrigger()+" "+cmd+" -> "+content.TextOf(r.GetOutput().GetMessage()))
-	p.mu.Unlock()
-	verdict := func(k middlewarev1.VerdictKind, reason string) *middlewarev1.Verdict {
-		return &middlewarev1.Verdict{Kind: k, Reason: reason}
+func execPolicy() *mwtest.Policy {
+	return &mwtest.Policy{
+		Name: "sandbox-policy",
+		Line: func(r *middlewarev1.InterceptExecRequest) string {
+			in := r.GetInput()
+			return r.GetPhase().String() + " " + in.GetCustomTrigger() + " " + content.TextOf(in.GetMessage()) + " -> " + content.TextOf(r.GetOutput().GetMessage())
+		},
+		Decide: func(r *middlewarev1.InterceptExecRequest) (*middlewarev1.InterceptExecResponse, error) {
+			in := r.GetInput()
+			cmd := content.TextOf(in.GetMessage())
+			if r.GetPhase() == middlewarev1.Phase_PHASE_BEFORE {
+				switch {
+				case strings.Contains(cmd, "forbidden"):
+					return mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "no forbidden commands"), nil
+				case strings.Contains(cmd, "rewrite-me"):
+					repl := proto.Clone(in).(*operatorv1.OperatorInput)
+					argv, _ := structpb.NewList([]any{"echo", "rewritten by policy"})
+					repl.Metadata.Fields["argv"] = structpb.NewListValue(argv)
+					v := mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "rewrite")
+					v.Input = repl
+					return v, nil
+				case strings.Contains(cmd, "shell-me"):
+					repl := proto.Clone(in).(*operatorv1.OperatorInput)
+					repl.Message = content.Text("echo via the shell; echo $((6*7))")
+					v := mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "shell")
+					v.Input = repl
+					return v, nil
+				case strings.Contains(cmd, "explode"):
+					return nil, status.Error(codes.Internal, "policy engine down")
+				}
+			}
+			if r.GetPhase() == middlewarev1.Phase_PHASE_AFTER && content.TextOf(r.GetOutput().GetMessage()) == "exit 3" {
+				return mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "exit 3 is reported"), nil
+			}
+			return mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_CONTINUE, ""), nil
+		},
 	}
-	if r.GetPhase() == middlewarev1.Phase_PHASE_BEFORE {
-		switch {
-		case strings.Contains(cmd, "forbidden"):
-			return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "no forbidden commands")}, nil
-		case strings.Contains(cmd, "rewrite-me"):
-			repl := proto.Clone(in).(*operatorv1.OperatorInput)
-			argv, _ := structpb.NewList([]any{"echo", "rewritten by policy"})
-			repl.Metadata.Fields["argv"] = structpb.NewListValue(argv)
-			return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "rewrite"), Input: repl}, nil
-		case strings.Contains(cmd, "shell-me"):
-			repl := proto.Clone(in).(*operatorv1.OperatorInput)
-			repl.Message = content.Text("echo via the shell; echo $((6*7))")
-			return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "shell"), Input: repl}, nil
-		case strings.Contains(cmd, "explode"):
-			return nil, status.Error(codes.Internal, "policy engine down")
-		}
-	}
-	if r.GetPhase() == middlewarev1.Phase_PHASE_AFTER && content.TextOf(r.GetOutput().GetMessage()) == "exit 3" {
-		return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "exit 3 is reported")}, nil
-	}
-	return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_CONTINUE, "")}, nil
-}
-
-func (p *execPolicy) seen() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.calls, "\n")
 }
 
 // serveExecPolicy serves p on a loopback port and returns the flags that
 // point the environment service at it.
-func serveExecPolicy(t *testing.T, p *execPolicy, failOpen bool) remote.Flags {
+func serveExecPolicy(t *testing.T, p *mwtest.Policy, failOpen bool) remote.Flags {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	middlewarev1.RegisterMiddlewareServiceServer(s, p)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return remote.Flags{Client: grpcclient.Config{Target: lis.Addr().String(), Dev: true, Plaintext: true, Timeout: 10 * time.Second}, FailOpen: failOpen}
+	return remote.Flags{Client: grpcclient.Config{Target: mwtest.Serve(t, p), Dev: true, Plaintext: true, Timeout: 10 * time.Second}, FailOpen: failOpen}
 }
 
 // TestExecSandboxMiddleware: with an exec-boundary middleware the
@@ -105,7 +83,7 @@ func serveExecPolicy(t *testing.T, p *execPolicy, failOpen bool) remote.Flags {
 // refuses the command when fail-closed and lets it run when fail-open.
 func TestExecSandboxMiddleware(t *testing.T) {
 	requireSandbox(t)
-	p := &execPolicy{}
+	p := execPolicy()
 	e := startEnv(t, envOptions{middleware: serveExecPolicy(t, p, false)})
 	id := e.newSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -149,7 +127,7 @@ func TestExecSandboxMiddleware(t *testing.T) {
 		t.Errorf("fail-closed: the command ran although the middleware failed: %q", x.stdout.String())
 	}
 
-	seen := p.seen()
+	seen := p.Seen()
 	for _, want := range []string{
 		"PHASE_BEFORE " + environment.ExecTrigger + " sh -c 'echo forbidden > halted.txt' -> ",
 		"PHASE_AFTER " + environment.ExecTrigger + " echo rewrite-me -> exit 0",
@@ -164,7 +142,7 @@ func TestExecSandboxMiddleware(t *testing.T) {
 	}
 
 	// Fail-open: the same failure lets the command run, unchanged.
-	open := startEnv(t, envOptions{middleware: serveExecPolicy(t, &execPolicy{}, true)})
+	open := startEnv(t, envOptions{middleware: serveExecPolicy(t, execPolicy(), true)})
 	oid := open.newSandbox(t)
 	x = run(open, oid, "echo", "explode")
 	if x.err != nil || x.stdout.String() != "explode\n" || x.exit.GetCode() != 0 {

@@ -8,11 +8,9 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
@@ -23,67 +21,39 @@ import (
 	"github.com/secbear/neuron/pkg/errs"
 	"github.com/secbear/neuron/pkg/grpcclient"
 	"github.com/secbear/neuron/pkg/sandbox"
+	"github.com/secbear/neuron/services/environment/internal/mwtest"
 )
 
-// policy is a MiddlewareService at the exec boundary: it halts an input
-// saying "halt me" before it runs, rewrites an input saying "rewrite me",
-// and rewrites an output saying "You said: redact" after. It records the
-// phases it was asked about.
-type policy struct {
-	middlewarev1.UnimplementedMiddlewareServiceServer
-	mu    sync.Mutex
-	calls []string
-}
-
-func (p *policy) Describe(context.Context, *middlewarev1.DescribeRequest) (*middlewarev1.DescribeResponse, error) {
-	return &middlewarev1.DescribeResponse{Name: "test-policy", Subscriptions: []*middlewarev1.Subscription{
-		{Boundary: middlewarev1.Boundary_BOUNDARY_EXEC, Phase: middlewarev1.Phase_PHASE_BEFORE},
-		{Boundary: middlewarev1.Boundary_BOUNDARY_EXEC, Phase: middlewarev1.Phase_PHASE_AFTER},
-	}}, nil
-}
-
-func (p *policy) InterceptExec(_ context.Context, r *middlewarev1.InterceptExecRequest) (*middlewarev1.InterceptExecResponse, error) {
-	in := content.TextOf(r.GetInput().GetMessage())
-	p.mu.Lock()
-	p.calls = append(p.calls, r.GetPhase().String()+" "+in)
-	p.mu.Unlock()
-	verdict := func(k middlewarev1.VerdictKind, reason string) *middlewarev1.Verdict {
-		return &middlewarev1.Verdict{Kind: k, Reason: reason}
+// newPolicy is a MiddlewareService at the exec boundary: it halts an
+// input saying "halt me" before it runs, rewrites an input saying
+// "rewrite me", and rewrites an output saying "You said: redact" after.
+// It records the phases it was asked about.
+func newPolicy() *mwtest.Policy {
+	return &mwtest.Policy{
+		Name: "test-policy",
+		Line: func(r *middlewarev1.InterceptExecRequest) string {
+			return r.GetPhase().String() + " " + content.TextOf(r.GetInput().GetMessage())
+		},
+		Decide: func(r *middlewarev1.InterceptExecRequest) (*middlewarev1.InterceptExecResponse, error) {
+			in := content.TextOf(r.GetInput().GetMessage())
+			if r.GetPhase() == middlewarev1.Phase_PHASE_BEFORE {
+				switch {
+				case strings.Contains(in, "halt me"):
+					return mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "no halting problems here"), nil
+				case strings.Contains(in, "rewrite me"):
+					v := mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "rewrite")
+					v.Input = &operatorv1.OperatorInput{Message: content.Text("rewritten by policy")}
+					return v, nil
+				}
+			}
+			if r.GetPhase() == middlewarev1.Phase_PHASE_AFTER && strings.Contains(content.TextOf(r.GetOutput().GetMessage()), "You said: redact") {
+				v := mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "redact")
+				v.Output = &operatorv1.OperatorOutput{Message: content.Text("[output withheld by policy]"), ExitReason: r.GetOutput().GetExitReason(), Metadata: r.GetOutput().GetMetadata()}
+				return v, nil
+			}
+			return mwtest.Verdict(middlewarev1.VerdictKind_VERDICT_KIND_CONTINUE, ""), nil
+		},
 	}
-	if r.GetPhase() == middlewarev1.Phase_PHASE_BEFORE {
-		switch {
-		case strings.Contains(in, "halt me"):
-			return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_HALT, "no halting problems here")}, nil
-		case strings.Contains(in, "rewrite me"):
-			in := &operatorv1.OperatorInput{Message: content.Text("rewritten by policy")}
-			return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "rewrite"), Input: in}, nil
-		}
-	}
-	if r.GetPhase() == middlewarev1.Phase_PHASE_AFTER && strings.Contains(content.TextOf(r.GetOutput().GetMessage()), "You said: redact") {
-		out := &operatorv1.OperatorOutput{Message: content.Text("[output withheld by policy]"), ExitReason: r.GetOutput().GetExitReason(), Metadata: r.GetOutput().GetMetadata()}
-		return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_MODIFY, "redact"), Output: out}, nil
-	}
-	return &middlewarev1.InterceptExecResponse{Verdict: verdict(middlewarev1.VerdictKind_VERDICT_KIND_CONTINUE, "")}, nil
-}
-
-func (p *policy) seen() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.calls...)
-}
-
-// servePolicy serves p on a loopback port and returns its address.
-func servePolicy(t *testing.T, p *policy) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	middlewarev1.RegisterMiddlewareServiceServer(s, p)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
 }
 
 // startBinary runs the binary's run with args (plus --dev, a free port,
@@ -183,8 +153,8 @@ func runStream(ctx context.Context, t *testing.T, c environmentv1.EnvironmentSer
 // unchanged.
 func TestExecMiddleware(t *testing.T) {
 	requireProcessBackend(t)
-	p := &policy{}
-	c, err := startBinary(t, "--middleware-addr", servePolicy(t, p))
+	p := newPolicy()
+	c, err := startBinary(t, "--middleware-addr", mwtest.Serve(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +199,7 @@ func TestExecMiddleware(t *testing.T) {
 	}
 
 	// A halted invocation never ran: no AFTER call for it.
-	seen := strings.Join(p.seen(), "\n")
+	seen := p.Seen()
 	for _, want := range []string{"PHASE_BEFORE please halt me", "PHASE_AFTER rewritten by policy", "PHASE_AFTER plain", "PHASE_BEFORE stream: halt me"} {
 		if !strings.Contains(seen, want) {
 			t.Errorf("middleware calls:\n%s\nwant %q", seen, want)
