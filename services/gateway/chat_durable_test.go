@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
 	statev1 "github.com/secbear/neuron/gen/layer0/state/v1"
 	"github.com/secbear/neuron/internal/harness"
 	"github.com/secbear/neuron/pkg/scope"
@@ -128,5 +130,56 @@ func TestChatAnswerPostedAfterRestart(t *testing.T) {
 			t.Fatalf("the lane's record is still there: %v", err)
 		case <-time.After(25 * time.Millisecond):
 		}
+	}
+}
+
+// slowEcho answers "noted" after 3 s to a message containing "slow",
+// "quick" at once to any other.
+func slowEcho() agent {
+	return agent{"id": "echo", "metadata": map[string]any{"scripted": map[string]any{
+		"turns": []any{map[string]any{"text": "quick"}},
+		"cases": []any{map[string]any{"contains": "slow", "turns": []any{map[string]any{"text": "noted", "delay": "3s"}}}},
+	}}}
+}
+
+// Two live replicas take messages for one lane: the one holding it runs
+// them all, in order, and posts each chat answer once; a blocking A2A
+// send to the other gets its answer.
+func TestLaneHeldByAnotherReplica(t *testing.T) {
+	t.Parallel()
+	c := startChatStack(t, stackOptions{}, "", slowEcho())
+	r := c.replica(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	if code, body := postTelegram(t, c, telegramSecret, telegramUpdate(9201, 71, 77, 77, "slow one")); code != http.StatusOK {
+		t.Fatalf("update: %d %s", code, body)
+	}
+	if code, body := postTelegram(t, r, telegramSecret, telegramUpdate(9202, 72, 77, 77, "and now")); code != http.StatusOK {
+		t.Fatalf("update on the replica: %d %s", code, body)
+	}
+	if p := c.telegram.next(t); p != (chatPost{Conversation: "77", Thread: "71", Text: "noted"}) {
+		t.Fatalf("first posted %+v", p)
+	}
+	if p := c.telegram.next(t); p != (chatPost{Conversation: "77", Thread: "72", Text: "quick"}) {
+		t.Fatalf("second posted %+v", p)
+	}
+	if code, _ := postTelegram(t, r, telegramSecret, telegramUpdate(9203, 73, 77, 77, "last")); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	if p := c.telegram.next(t); p != (chatPost{Conversation: "77", Thread: "73", Text: "quick"}) {
+		t.Fatalf("third posted %+v: an answer was posted twice", p)
+	}
+
+	// A2A: a message queued on the first replica, the next one sent,
+	// blocking, to the second.
+	const session = "two-replicas"
+	p := userText(session, "slow one")
+	p.Config = &a2a.MessageSendConfig{Blocking: new(bool)}
+	first := asTask(t)(a2aClients(t, c.stack, "echo")["jsonrpc"].SendMessage(ctx, p))
+	second := asTask(t)(a2aClients(t, r.stack, "echo")["jsonrpc"].SendMessage(ctx, userText(session, "then this")))
+	if second.Status.State != a2a.TaskStateCompleted || artifactText(second) != "quick" {
+		t.Fatalf("blocking send on the replica: %s %q", second.Status.State, artifactText(second))
+	}
+	if wf := waitEnded(t, ctx, c.stack, string(first.ID)); gateway.Answer(wf) != "noted" {
+		t.Fatalf("first message: %s %q", wf.GetStatus(), gateway.Answer(wf))
 	}
 }

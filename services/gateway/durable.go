@@ -44,9 +44,12 @@ type laneEntry struct {
 	AcceptedAt string         `json:"accepted_at,omitempty"`
 }
 
-// laneRecord is a durable lane as stored.
+// laneRecord is a durable lane as stored, with the replica that works
+// it (Owner) and until when its lease lasts unless renewed (lease.go).
 type laneRecord struct {
-	Messages []laneEntry `json:"messages"`
+	Messages   []laneEntry `json:"messages"`
+	Owner      string      `json:"owner,omitempty"`
+	LeaseUntil string      `json:"lease_until,omitempty"`
 }
 
 // durableLanes are lanes kept in the State service.
@@ -54,6 +57,10 @@ type durableLanes struct {
 	g     *Gateway
 	kv    *kv
 	depth int
+	// owner names this process in the lanes it holds; lease is how long
+	// a hold lasts unless renewed.
+	owner string
+	lease time.Duration
 
 	mu      sync.Mutex
 	workers map[string]*laneWorker // session → its running worker
@@ -65,17 +72,49 @@ type laneWorker struct{ again bool }
 // laneWaiter is a message accepted by this process, waited on by its
 // submitter.
 type laneWaiter struct {
-	m        Message
-	started  chan struct{}
-	settled  chan Settled
-	startErr error
+	m         Message
+	started   chan struct{}
+	startOnce sync.Once
+	settled   chan Settled
+	startErr  error
+	// watched: a goroutine follows it while another replica holds its
+	// lane (awaitElsewhere).
+	watched bool
 }
 
-func newDurableLanes(g *Gateway, store *kv, depth int) *durableLanes {
+// markStarted closes w.started once, with err as the start's error.
+func (w *laneWaiter) markStarted(err error) {
+	w.startOnce.Do(func() {
+		w.startErr = err
+		close(w.started)
+	})
+}
+
+func newDurableLanes(g *Gateway, store *kv, depth int, lease time.Duration) *durableLanes {
 	if depth <= 0 {
 		depth = DefaultLaneDepth
 	}
-	return &durableLanes{g: g, kv: store, depth: depth, workers: map[string]*laneWorker{}, waiters: map[string]*laneWaiter{}}
+	if lease <= 0 {
+		lease = DefaultLaneLease
+	}
+	return &durableLanes{g: g, kv: store, depth: depth, owner: "gw-" + randomHex(8), lease: lease,
+		workers: map[string]*laneWorker{}, waiters: map[string]*laneWaiter{}}
+}
+
+// settle hands s to the local submitter of message id, once; false when
+// none waits here (or it was told already).
+func (d *durableLanes) settle(id string, s Settled) bool {
+	d.mu.Lock()
+	w := d.waiters[id]
+	delete(d.waiters, id)
+	d.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.markStarted(s.Err)
+	w.settled <- s
+	close(w.settled)
+	return true
 }
 
 // submit appends m (checked) to its session's durable lane.
@@ -93,6 +132,7 @@ func (d *durableLanes) submit(ctx context.Context, m Message) (*Accepted, error)
 				"session:"+m.Session, d.depth, errs.ResourceExhausted)
 		}
 		r.Messages = append(r.Messages, e)
+		d.take(r, time.Now()) // a free lane is this process's to work, in the same write
 		return nil
 	})
 	if err != nil {
@@ -187,6 +227,18 @@ func (d *durableLanes) run(session string, w *laneWorker) {
 			d.g.log.Warn("reading a lane", "session", session, "err", err)
 			continue
 		}
+		if len(r.Messages) > 0 && !d.fresh(&r, time.Now()) {
+			held, err := d.hold(ctx, session)
+			if err != nil {
+				pause = backoff(pause)
+				d.g.log.Warn("taking a lane's lease", "session", session, "err", err)
+				continue
+			}
+			if !held { // a live replica works it; it posts the chat answers
+				d.awaitElsewhere(session)
+				return
+			}
+		}
 		if len(r.Messages) == 0 {
 			d.mu.Lock()
 			if w.again {
@@ -199,8 +251,12 @@ func (d *durableLanes) run(session string, w *laneWorker) {
 			return
 		}
 		e := r.Messages[0]
-		if !d.process(ctx, session, e) {
-			return // the gateway stops: the message stays for the next run
+		stopRenew := d.renew(ctx, session)
+		done := d.process(ctx, session, e)
+		stopRenew()
+		if !done {
+			d.release(session) // the gateway stops: the message stays for the next holder
+			return
 		}
 		if err := d.update(ctx, session, func(r *laneRecord) error {
 			if len(r.Messages) > 0 && r.Messages[0].ID == e.ID {
@@ -228,20 +284,7 @@ func (d *durableLanes) process(ctx context.Context, session string, e laneEntry)
 		if d.g.chatSettled != nil && d.g.chatSettled(e.Metadata, s) {
 			s.posted = true
 		}
-		if w == nil {
-			return
-		}
-		d.mu.Lock()
-		delete(d.waiters, e.ID)
-		d.mu.Unlock()
-		select {
-		case <-w.started:
-		default:
-			w.startErr = s.Err
-			close(w.started)
-		}
-		w.settled <- s
-		close(w.settled)
+		d.settle(e.ID, s)
 	}
 	if e.Canceled {
 		finish(Settled{Err: fmt.Errorf("the message was canceled before it started: %w", errs.Canceled)})
@@ -270,7 +313,7 @@ func (d *durableLanes) process(ctx context.Context, session string, e laneEntry)
 		return true
 	}
 	if w != nil {
-		close(w.started)
+		w.markStarted(nil)
 	}
 	for pause := time.Duration(0); ; pause = backoff(pause) {
 		if !sleepCtx(ctx, pause) {

@@ -25,12 +25,12 @@ import (
 )
 
 // gatewayProc runs the gateway binary in front of s's orchestrator and
-// State service, on s.grpcAddr and s.httpURL.
-func gatewayProc(t *testing.T, ctx context.Context, s *stack, bin, logName string) *proc.Proc {
+// State service, on s.grpcAddr and s.httpURL, with more flags.
+func gatewayProc(t *testing.T, ctx context.Context, s *stack, bin, logName string, flags ...string) *proc.Proc {
 	t.Helper()
 	p := proc.Start(t, bin, proc.Options{Name: "gateway", LogPath: filepath.Join(t.TempDir(), logName), EnvPrefix: "NEURON_GATEWAY"},
-		"--dev", "--addr", s.grpcAddr, "--http-addr", strings.TrimPrefix(s.httpURL, "http://"),
-		"--orchestrator-addr", s.orchAddr, "--state-addr", s.stateAddr, "--agents", s.registry, "--log-format", "text")
+		append([]string{"--dev", "--addr", s.grpcAddr, "--http-addr", strings.TrimPrefix(s.httpURL, "http://"),
+			"--orchestrator-addr", s.orchAddr, "--state-addr", s.stateAddr, "--agents", s.registry, "--log-format", "text"}, flags...)...)
 	p.WaitServing(ctx, t, healthpb.NewHealthClient(harness.Dial(t, s.grpcAddr)), "", 50*time.Millisecond)
 	return p
 }
@@ -60,6 +60,44 @@ func TestDurableLanesSurviveKill(t *testing.T) {
 		ids = append(ids, string(task.ID))
 	}
 	gw.Kill(t)
+	checkDrained(t, ctx, s, session, ids, func() { gatewayProc(t, ctx, s, bin, "gateway-2.log") })
+}
+
+// A live replica takes over the lanes of one that died: a gateway binary
+// is SIGKILLed holding a lane with acknowledged messages, and another
+// gateway, already running (it never restarts, so only its rescan finds
+// the lane once the dead one's lease has run out), runs them all, each
+// exactly once, in the order sent.
+func TestDurableLanesTakeover(t *testing.T) {
+	bin := testenv.BuildStatic(t, "github.com/secbear/neuron/services/gateway/cmd/gateway")
+	s := startStack(t, stackOptions{noGateway: true}, scriptedAgent("paced", map[string]any{"text": "noted", "delay": "500ms"}))
+	live := *s
+	live.startGateway(t, stackOptions{gateway: func(cfg *gateway.Config) { cfg.LaneLease = time.Second }})
+	s.grpcAddr, s.httpURL = proc.FreeAddr(t), "http://"+proc.FreeAddr(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	gw := gatewayProc(t, ctx, s, bin, "gateway-dies.log", "--lane-lease", "1s")
+
+	const n = 5
+	const session = "takeover-lane"
+	c := a2aClients(t, s, "paced")["jsonrpc"]
+	var ids []string
+	for i := range n {
+		p := userText(session, fmt.Sprintf("message %d", i))
+		p.Config = &a2a.MessageSendConfig{Blocking: new(bool)}
+		task := asTask(t)(c.SendMessage(ctx, p))
+		ids = append(ids, string(task.ID))
+	}
+	gw.Kill(t)
+	checkDrained(t, ctx, s, session, ids, nil)
+}
+
+// checkDrained checks, once a gateway was killed with the messages ids
+// acknowledged on session's lane, that some had not started then and
+// (after restart, when set) that all of them run, each exactly once, in
+// order, and the lane's record goes.
+func checkDrained(t *testing.T, ctx context.Context, s *stack, session string, ids []string, restart func()) {
+	t.Helper()
+	n := len(ids)
 	unstarted := 0
 	for _, id := range ids {
 		if _, err := s.orch.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: id}); status.Code(err) == codes.NotFound {
@@ -70,8 +108,10 @@ func TestDurableLanesSurviveKill(t *testing.T) {
 		t.Fatal("every message had started before the kill: nothing was left queued to survive it (raise the agent's delay)")
 	}
 	t.Logf("%d of %d acknowledged messages not started at the SIGKILL", unstarted, n)
+	if restart != nil {
+		restart()
+	}
 
-	gatewayProc(t, ctx, s, bin, "gateway-2.log")
 	var prevEnd time.Time
 	for i, id := range ids {
 		wf := waitEnded(t, ctx, s, id)

@@ -72,6 +72,10 @@ type Config struct {
 	DefaultAgent string
 	// LaneDepth is how many messages may wait per session (0: 16).
 	LaneDepth int
+	// LaneLease is how long a replica's hold on a durable lane lasts
+	// unless renewed: a live replica takes over the lanes of one that
+	// died after it (0: DefaultLaneLease).
+	LaneLease time.Duration
 	// Channels are the chat channels (Slack, Telegram) and their route
 	// table (channel.go).
 	Channels ChannelsConfig
@@ -178,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopJobs()
 	g := New(runCtx, orchestratorv1.NewOrchestratorServiceClient(cc), agents, cfg.LaneDepth, log)
 	if state != nil { // lanes, schedules and push configs live in the State service
-		g.durable = newDurableLanes(g, newKV(state), cfg.LaneDepth) // resumed once the chat channels are on
+		g.durable = newDurableLanes(g, newKV(state), cfg.LaneDepth, cfg.LaneLease) // resumed once the chat channels are on
 		g.sched = &Scheduler{g: g, kv: newKV(state), now: cfg.Clock}
 		if g.sched.now == nil {
 			g.sched.now = time.Now
@@ -199,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if g.durable != nil { // after the channels: a resumed chat message's answer is posted
 		go g.durable.resumeUntil(runCtx)
+		go g.durable.rescanLoop(runCtx)
 	}
 	hs := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
 	herr := make(chan error, 1)

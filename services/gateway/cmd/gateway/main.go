@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.DefaultAgent, "default-agent", "", "the agent of A2A gRPC messages that name none, and of /.well-known/agent-card.json")
 	cfg.Channels.BindFlags(fs)
 	fs.IntVar(&cfg.LaneDepth, "lane-depth", gateway.DefaultLaneDepth, "messages that may wait per session behind the one running; one more is refused (RESOURCE_EXHAUSTED, HTTP 429)")
+	fs.DurationVar(&cfg.LaneLease, "lane-lease", gateway.DefaultLaneLease, "how long a replica's hold on a durable lane lasts unless renewed: a live replica takes over the lanes of a dead one after that")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "gateway: the neuron agents over A2A, MCP and server-sent events")
