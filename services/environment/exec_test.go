@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	environmentv1 "github.com/secbear/neuron/gen/layer0/environment/v1"
+	"github.com/secbear/neuron/pkg/errs"
 )
 
 // execStream is one Exec call a test drives message by message.
@@ -228,5 +232,64 @@ func TestExecTerminalAttack(t *testing.T) {
 		if tty && !strings.Contains(out, "refused fd0: Operation not permitted") {
 			t.Errorf("TIOCSTI on its own terminal was not refused by the seccomp filter:\n%s", out)
 		}
+	}
+}
+
+// TestExecBackpressure: a client that starts a command writing as fast
+// as it can and never reads holds it to the bound, not memory: the
+// command's writes wait on the full pipe once the one chunk in flight,
+// the scrubber's partial line and gRPC's flow-control windows are full.
+// The command counts the 64 KiB blocks it got written into a file of
+// the workspace until spec.timeout (3 s) kills it; the count, read
+// back, stays under 48 MiB worth (16 MiB is gRPC's largest window),
+// where a service reading ahead of its client lets the same loop write
+// gigabytes. The sandbox runs commands after it.
+func TestExecBackpressure(t *testing.T) {
+	requireSandbox(t)
+	e := startEnv(t, envOptions{})
+	sb, err := e.client.CreateSandbox(context.Background(), &environmentv1.CreateSandboxRequest{Spec: &environmentv1.EnvironmentSpec{
+		Isolation: []*environmentv1.IsolationBoundary{{Kind: &environmentv1.IsolationBoundary_Process{Process: &environmentv1.ProcessIsolation{}}}},
+		Timeout:   durationpb.New(3 * time.Second),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.GetSandboxId()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Never Recv'd.
+	x := e.startExec(ctx, t, &environmentv1.ExecStart{SandboxId: id, Argv: []string{"bash", "-c",
+		`s=$(head -c 65536 /dev/zero | tr '\0' x); i=0; while :; do printf %s "$s"; i=$((i+1)); echo $i > count; done`}})
+	x.send(&environmentv1.ExecRequest{Kind: &environmentv1.ExecRequest_CloseStdin{CloseStdin: true}})
+	ref := &environmentv1.WorkspaceRef{Kind: &environmentv1.WorkspaceRef_SandboxId{SandboxId: id}}
+	// The workspace is stored once the timeout ended the command.
+	var count string
+	for {
+		got, err := e.readFile(t, ref, "count")
+		if err == nil {
+			count = strings.TrimSpace(got)
+			break
+		}
+		if errs.Code(err) != codes.NotFound {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the command's workspace never showed its count")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		t.Fatalf("count %q", count)
+	}
+	t.Logf("the command wrote %d blocks of 64 KiB (%d MiB) to a client that read none", n, n/16)
+	if n == 0 || n > 48*16 {
+		t.Errorf("the command wrote %d blocks of 64 KiB to a client that read none: want some, and at most 48 MiB worth", n)
+	}
+	cancel()
+	r := e.exec(t, id, "", "", "echo", "after")
+	if r.err != nil || r.stdout != "after\n" {
+		t.Errorf("the next command: %+v", r)
 	}
 }
