@@ -115,19 +115,27 @@ func inProcessTarget(t *testing.T, store state.Backend) conformance.Target {
 		MaxKeyBytes:   inProcessLimits.MaxKeyBytes,
 		MaxValueBytes: inProcessLimits.MaxValueBytes,
 		Embedder:      conformance.EmbedderTest,
+
+		RetentionMaxEntries: confRetention[0].MaxEntries,
 	}
 	waitServing(t, target.Conn.(*grpc.ClientConn))
 	waitServing(t, target.Anonymous.(*grpc.ClientConn)) // health needs no credential
 	return target
 }
 
+// confRetention is the retention rule the in-process servers enforce,
+// for the suite's Retention group (Target.RetentionMaxEntries).
+var confRetention = []state.RetentionRule{{Scope: "custom", Prefix: conformance.RetentionPrefix, MaxEntries: 3}}
+
 // serve runs the state service over backend as its binary starts it
 // (state.Run: the standard chain, the audit log), with embedder (nil:
-// none), until the test ends.
+// none) and the retention rule confRetention swept every 100 ms, until
+// the test ends.
 func serve(t *testing.T, cfg grpcserver.Config, backend state.Backend, embedder embed.Embedder) string {
 	t.Helper()
 	return harness.Serve(t, func(ctx context.Context, lis net.Listener) error {
-		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend, Embedder: embedder})
+		return state.Run(ctx, state.Config{Server: cfg, Listener: lis, Store: backend, Embedder: embedder,
+			Retention: confRetention, RetentionInterval: 100 * time.Millisecond})
 	})
 }
 

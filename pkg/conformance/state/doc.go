@@ -110,6 +110,11 @@
 //     snippets contain the term, limit (default 10), scope isolation,
 //     read-your-writes, deleted and overwritten values are gone;
 //     INVALID_ARGUMENT for an empty query or a limit outside 0..1000.
+//   - Retention (only with Target.RetentionMaxEntries, the N of the
+//     server's rule scope=custom,prefix=retained/,max-entries=N): the N
+//     newest keys of the prefix stay, the others go (waiting up to 30 s
+//     for the sweeper), keys outside the prefix stay, and keyword and
+//     vector search no longer find the removed keys.
 //   - Limits: a key over the limit is INVALID_ARGUMENT and a value over it
 //     RESOURCE_EXHAUSTED / LIMIT_EXCEEDED, both with a message naming the
 //     limit's number; missing scope, scope without kind, empty ids or keys

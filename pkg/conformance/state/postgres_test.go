@@ -46,6 +46,8 @@ func TestPostgresConformance(t *testing.T) {
 		MaxKeyBytes:   limits.MaxKeyBytes,
 		MaxValueBytes: limits.MaxValueBytes,
 		Embedder:      conformance.EmbedderTest,
+
+		RetentionMaxEntries: confRetention[0].MaxEntries,
 	})
 }
 

@@ -62,6 +62,10 @@ type Target struct {
 	// Embedder is the server's embedder: EmbedderNone, EmbedderTest or
 	// EmbedderOther (the Vector group's Embedder check).
 	Embedder string
+	// RetentionMaxEntries is N when the server enforces the retention
+	// rule scope=custom,prefix=retained/,max-entries=N (RetentionPrefix)
+	// with a short sweep interval; 0 skips the Retention group.
+	RetentionMaxEntries int
 }
 
 // suite is the state shared by the checks of one Run.
@@ -78,6 +82,8 @@ type suite struct {
 	seq atomic.Int64
 	// embedder is Target.Embedder.
 	embedder string
+	// retention is Target.RetentionMaxEntries.
+	retention int
 }
 
 // group is one area of the contract.
@@ -95,12 +101,13 @@ func Run(t *testing.T, target Target) {
 		t.Fatal("conformance: Target.Conn is nil")
 	}
 	s := &suite{
-		c:        statev1.NewStateServiceClient(target.Conn),
-		health:   healthpb.NewHealthClient(target.Conn),
-		maxKey:   target.MaxKeyBytes,
-		maxValue: target.MaxValueBytes,
-		ns:       "conf" + randomHex(6),
-		embedder: target.Embedder,
+		c:         statev1.NewStateServiceClient(target.Conn),
+		health:    healthpb.NewHealthClient(target.Conn),
+		maxKey:    target.MaxKeyBytes,
+		maxValue:  target.MaxValueBytes,
+		ns:        "conf" + randomHex(6),
+		embedder:  target.Embedder,
+		retention: target.RetentionMaxEntries,
 	}
 	if target.ReadOnly != nil {
 		s.ro = statev1.NewStateServiceClient(target.ReadOnly)
@@ -127,6 +134,7 @@ func Run(t *testing.T, target Target) {
 		{"ListValues", testListValues},
 		{"Search", testSearch},
 		{"Vector", testVector},
+		{"Retention", testRetention},
 		{"Limits", testLimits},
 		{"InvalidArgument", testInvalidArgument},
 		{"Access", testAccess},
