@@ -21,6 +21,13 @@
 //   - memory.go: an in-memory backend with the same semantics, not
 //     durable, for tests and the conformance suite.
 //   - text.go: the text of a JSON value and search snippets.
+//   - vector.go, hybrid.go, snippets.go, postgres_vector.go,
+//     internal/hnsw: vector search (an in-memory index per store or
+//     replica, HNSW graphs built in the background), hybrid fusion, and
+//     hybrid's snippets cut for the returned keys only.
+//   - retention.go, retention_bolt.go, retention_memory.go,
+//     retention_postgres.go: the retention sweeper and each backend's
+//     part of it.
 //   - logging.go: CallLogHandler, which keeps the caller's keys out of
 //     the server's call log.
 //
