@@ -437,6 +437,39 @@ func TestDockerSandbox(t *testing.T) {
 		}
 	})
 
+	t.Run("egress and hostile specs", func(t *testing.T) {
+		// A spec that allows a host gets the egress proxy's socket, and
+		// the proxy's policy: another host is refused.
+		sb, err := c.CreateSandbox(ctx, &environmentv1.CreateSandboxRequest{Spec: &environmentv1.EnvironmentSpec{
+			Network: &environmentv1.NetworkPolicy{DefaultAction: environmentv1.NetworkAction_NETWORK_ACTION_DENY, Rules: []*environmentv1.NetworkRule{
+				{Destination: "allowed.example", Action: environmentv1.NetworkAction_NETWORK_ACTION_ALLOW},
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseSandbox(ctx, &environmentv1.CloseSandboxRequest{SandboxId: sb.GetSandboxId()})
+		r := execIn(t, c, sb.GetSandboxId(), false, nil, "/operator", "egress", "denied.example")
+		if r.err != nil || !strings.HasPrefix(r.stdout, "HTTP/1.1 403") {
+			t.Errorf("a denied host through the proxy: %+v, want 403", r)
+		}
+		// Specs Run refuses are refused before any container exists.
+		before := len(sandboxContainers(t, cli))
+		for _, spec := range []*environmentv1.EnvironmentSpec{
+			{Credentials: []*environmentv1.CredentialRef{{Name: "tok", Injection: fileInj("/proc/self/environ")}}},
+			{Credentials: []*environmentv1.CredentialRef{{Name: "tok", Injection: envInj("LD_PRELOAD")}}},
+			{Resources: &environmentv1.ResourceLimits{Memory: ptr("1Mi")}},
+			{Isolation: []*environmentv1.IsolationBoundary{containerBoundary("bad image name!")}},
+		} {
+			if _, err := c.CreateSandbox(ctx, &environmentv1.CreateSandboxRequest{Spec: spec}); err == nil {
+				t.Errorf("CreateSandbox(%v) succeeded", spec)
+			}
+		}
+		if after := len(sandboxContainers(t, cli)); after != before {
+			t.Errorf("%d sandbox containers after hostile specs, want %d", after, before)
+		}
+	})
+
 	t.Run("close", func(t *testing.T) {
 		if _, err := c.CloseSandbox(ctx, &environmentv1.CloseSandboxRequest{SandboxId: id}); err != nil {
 			t.Fatal(err)

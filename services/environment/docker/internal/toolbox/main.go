@@ -120,6 +120,15 @@ func main() {
 		}
 	case "probe":
 		probe()
+	case "egress":
+		// A plain request for host through the egress proxy's socket;
+		// prints the status line.
+		c, err := net.Dial("unix", os.Getenv("NEURON_EGRESS_SOCKET"))
+		check(err)
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", args[0], args[0])
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		fmt.Println(strings.TrimSpace(line))
 	default:
 		fmt.Fprintf(os.Stderr, "toolbox: unknown command %q\n", os.Args[1])
 		os.Exit(127)
