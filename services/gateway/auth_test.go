@@ -79,6 +79,8 @@ func TestAuth(t *testing.T) {
 		{"/mcp", "", http.StatusUnauthorized},
 		{"/mcp", chatToken, http.StatusForbidden},
 		{"/v1/chat", "", http.StatusUnauthorized},
+		{"/v1/schedules", "", http.StatusUnauthorized},
+		{"/v1/schedules", chatToken, http.StatusForbidden},
 	} {
 		if code, body := post(c.path, c.token, send); code != c.want {
 			t.Fatalf("POST %s with token %q: HTTP %d %s, want %d", c.path, c.token, code, body, c.want)
@@ -89,6 +91,9 @@ func TestAuth(t *testing.T) {
 	}
 	if code, body := post("/v1/chat", chatToken, `{"agent": "echo", "message": "hi"}`); code != http.StatusOK || !strings.Contains(body, "RUN_FINISHED") {
 		t.Fatalf("chat with the chat token: HTTP %d %s", code, body)
+	}
+	if code, body := post("/v1/schedules", clientToken, `{"name": "nightly", "agent": "echo", "cron": "0 3 * * *", "message": "hi"}`); code != http.StatusCreated {
+		t.Fatalf("a schedule with the client's token: HTTP %d %s", code, body)
 	}
 
 	g := a2apb.NewA2AServiceClient(dialInsecure(t, s.grpcAddr))

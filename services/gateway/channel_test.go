@@ -65,8 +65,24 @@ func (f *fakePlatform) count() int {
 // slack.com/api does: form-encoded requests with the bot token as a
 // bearer token, JSON answers with "ok".
 func newFakeSlack(t *testing.T, token string) *fakePlatform {
+	return newFakePlatform(t, func(f *fakePlatform, mux *http.ServeMux) {
+		slackAPI(f, mux, token)
+	})
+}
+
+// newFakePlatform serves the API that routes sets up on mux, until the
+// test ends.
+func newFakePlatform(t *testing.T, routes func(f *fakePlatform, mux *http.ServeMux)) *fakePlatform {
 	f := &fakePlatform{posts: make(chan chatPost, 100)}
 	mux := http.NewServeMux()
+	routes(f, mux)
+	f.Server = httptest.NewServer(mux)
+	t.Cleanup(f.Close)
+	return f
+}
+
+// slackAPI is slack.com/api's chat.postMessage and auth.test.
+func slackAPI(f *fakePlatform, mux *http.ServeMux, token string) {
 	authed := func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Header.Get("Authorization") != "Bearer "+token && r.FormValue("token") != token {
 			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "invalid_auth"})
@@ -91,16 +107,16 @@ func newFakeSlack(t *testing.T, token string) *fakePlatform {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "user": "neuron", "user_id": "UBOT", "team": "Test", "team_id": "T1"})
 	})
-	f.Server = httptest.NewServer(mux)
-	t.Cleanup(f.Close)
-	return f
 }
 
 // newFakeTelegram serves the Bot API methods the gateway calls, as
 // api.telegram.org does: /bot<token>/<method>, JSON in and out.
 func newFakeTelegram(t *testing.T, token string) *fakePlatform {
-	f := &fakePlatform{posts: make(chan chatPost, 100)}
-	mux := http.NewServeMux()
+	return newFakePlatform(t, func(f *fakePlatform, mux *http.ServeMux) { telegramAPI(f, mux, token) })
+}
+
+// telegramAPI is api.telegram.org's getMe and sendMessage.
+func telegramAPI(f *fakePlatform, mux *http.ServeMux, token string) {
 	mux.HandleFunc("POST /{bot}/{method}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("bot") != "bot"+token {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -143,9 +159,6 @@ func newFakeTelegram(t *testing.T, token string) *fakePlatform {
 			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 404, "description": "Not Found"})
 		}
 	})
-	f.Server = httptest.NewServer(mux)
-	t.Cleanup(f.Close)
-	return f
 }
 
 // Secrets of the tests' chat channels.
@@ -243,7 +256,7 @@ func slackSign(secret, ts string, body []byte) string {
 // time (on a loaded machine, the State service's lane write).
 func postSlack(t *testing.T, c *chatStack, secret string, at time.Time, body string, header map[string]string) (int, string) {
 	t.Helper()
-	for retry := 0; ; retry++ {
+	return redeliver(func(retry int) (int, string) {
 		h := map[string]string{}
 		for k, v := range header {
 			h[k] = v
@@ -252,7 +265,15 @@ func postSlack(t *testing.T, c *chatStack, secret string, at time.Time, body str
 			h["X-Slack-Retry-Num"] = fmt.Sprint(retry)
 			h["X-Slack-Retry-Reason"] = "http_error"
 		}
-		code, resp := postSlackOnce(t, c, secret, at, body, h)
+		return postSlackOnce(t, c, secret, at, body, h)
+	})
+}
+
+// redeliver calls post (with the retry's number) again, a second apart,
+// while it is answered 503, as the platforms do, up to 5 retries.
+func redeliver(post func(retry int) (int, string)) (int, string) {
+	for retry := 0; ; retry++ {
+		code, resp := post(retry)
 		if code != http.StatusServiceUnavailable || retry == 5 {
 			return code, resp
 		}
@@ -315,13 +336,7 @@ func directMessage(user, channel, ts, text string) map[string]any {
 // Like Telegram, it delivers again an update answered 503.
 func postTelegram(t *testing.T, c *chatStack, secret string, update map[string]any) (int, string) {
 	t.Helper()
-	for retry := 0; ; retry++ {
-		code, resp := postTelegramOnce(t, c, secret, update)
-		if code != http.StatusServiceUnavailable || retry == 5 {
-			return code, resp
-		}
-		time.Sleep(time.Second)
-	}
+	return redeliver(func(int) (int, string) { return postTelegramOnce(t, c, secret, update) })
 }
 
 func postTelegramOnce(t *testing.T, c *chatStack, secret string, update map[string]any) (int, string) {
