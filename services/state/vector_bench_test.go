@@ -177,6 +177,7 @@ func BenchmarkHybridSearch(b *testing.B) {
 		})
 	}
 	wg.Wait()
+	st.index.vectors.settle() // the scope's graph is built in the background
 	srv := NewServer(st)
 	queries := make([]*statev1.SearchRequest, 200)
 	for i := range queries {
