@@ -41,6 +41,22 @@ END {
     c = v[s, "cpu-to-serving-ms"]
     printf "| %s | %.1f | %.1f | %.2f | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %s |\n", s, v[s, "binary-MiB"], t, t / bt, tv, c, (bc > 0 ? c / bc : 0), r, v[s, "rss-anon-MiB"], v[s, "rss-file-MiB"], v[s, "peak-rss-MiB"], r / br, rv
   }
+  hdr = 0
+  for (k = 1; k <= n; k++) {
+    s = order[k]; f = "linked-" s
+    if (!((f, "idle-rss-MiB") in v)) continue
+    if (!hdr) {
+      print ""
+      print "Each service against its linked floor (linked-NAME: the bare server with every package from outside"
+      print "this module that the service links blank-imported: their init and pages, none of our code):"
+      print ""
+      print "| service | floor exec -> SERVING x bare | service x floor | floor idle RSS MiB | floor x bare | service x floor |"
+      print "|---|---:|---:|---:|---:|---:|"
+      hdr = 1
+    }
+    ft = v[f, "exec-to-serving-ms"]; fr = v[f, "idle-rss-MiB"]
+    printf "| %s | %.2f | %.2f | %.1f | %.2f | %.2f |\n", s, ft / bt, v[s, "exec-to-serving-ms"] / ft, fr, fr / br, v[s, "idle-rss-MiB"] / fr
+  }
   print ""
   print "CPU ms to SERVING is the time the process was on a CPU until then (all threads): on a busy"
   print "machine the wall time stretches with it. anon is RssAnon (heap, stacks, data written); file"

@@ -96,6 +96,7 @@ const agents = "defaults:\n  operator: 127.0.0.1:1\nagents:\n  - id: assistant\n
 // reports the medians described in the package comment.
 func BenchmarkStartup(b *testing.B) {
 	// Every build before any clock starts.
+	targets := append(slices.Clone(targets), linkedTargets(b, targets)...)
 	bins := map[string]string{}
 	for _, tg := range targets {
 		bins[tg.name] = testenv.BuildStatic(b, tg.pkg)
