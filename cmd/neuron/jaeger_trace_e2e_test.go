@@ -18,9 +18,6 @@ import (
 	"github.com/secbear/neuron/pkg/telemetry/telemetrytest"
 )
 
-// jaegerVersion is the Jaeger v2 scripts/jaeger.sh builds.
-const jaegerVersion = "v1.76.0"
-
 // jaegerBinary is the Jaeger v2 binary scripts/jaeger.sh built
 // ($NEURON_JAEGER overrides), or a skip saying how to build it.
 func jaegerBinary(t *testing.T) string {

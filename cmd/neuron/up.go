@@ -105,6 +105,8 @@ type upFlags struct {
 	// tracesURL is the console's --traces-url (the trace store's query
 	// API its trace viewer reads); empty: no trace viewer.
 	tracesURL string
+	// jaeger starts a Jaeger beside the services (jaeger.go).
+	jaeger bool
 }
 
 // up is one `neuron up`: the plan, then the running children.
@@ -156,6 +158,7 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.demoExit, "demo-exit", false, "run the sample workflow, then stop everything; exit with the demo's code")
 	fs.StringVar(&f.otelEndpoint, "otel-endpoint", "", "OTLP collector every service sends traces and metrics to: host:port (plaintext gRPC), http://host:port or https://host:port (each service's --otel-endpoint; empty: none)")
 	fs.StringVar(&f.tracesURL, "traces-url", "", "the trace store's query API the console's trace viewer reads (Jaeger's, e.g. http://127.0.0.1:16686, beside --otel-endpoint pointing at the same Jaeger; empty: no trace viewer)")
+	fs.BoolVar(&f.jaeger, "jaeger", false, "start Jaeger v2 (scripts/jaeger.sh builds it; NEURON_JAEGER names another) with traces in memory, send the services' traces to it and let the console's Trace page read them (sets --otel-endpoint and --traces-url)")
 	fs.DurationVar(&f.startTimeout, "start-timeout", 60*time.Second, "how long the services may take to be SERVING")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", 15*time.Second, "how long each service may take to stop after SIGTERM before it is killed")
 	pos, err := parseArgs(fs, "up", args)
@@ -164,6 +167,13 @@ func (c *cli) cmdUp(ctx context.Context, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageErrorf("up", "unexpected arguments %q", pos)
+	}
+	if f.jaeger {
+		stop, err := c.startJaeger(ctx, &f)
+		if err != nil {
+			return err
+		}
+		defer stop() // after the services stopped and flushed their spans
 	}
 	u, err := c.planUp(f)
 	if err != nil {

@@ -5,8 +5,6 @@ package console_test
 import (
 	"bufio"
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,98 +40,10 @@ func jaegerBinary(t *testing.T) string {
 	return p
 }
 
-// jaegerConfig is a Jaeger v2 configuration: OTLP/gRPC on the first
-// address, traces in memory, the query API on the second.
-const jaegerConfig = `service:
-  extensions: [jaeger_storage, jaeger_query]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-    logs:
-      level: warn
-extensions:
-  jaeger_query:
-    storage:
-      traces: memstore
-    http:
-      endpoint: %s
-    grpc:
-      endpoint: %s
-  jaeger_storage:
-    backends:
-      memstore:
-        memory:
-          max_traces: 10000
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: %s
-processors:
-  batch:
-    timeout: 200ms
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: memstore
-`
-
-// startJaeger starts Jaeger v2 on free loopback ports and waits until its
-// query API answers; it returns the OTLP/gRPC address and the query
-// API's URL.
-func startJaeger(t *testing.T) (otlp, query string) {
-	t.Helper()
-	bin := jaegerBinary(t)
-	otlp, query, grpcQuery := freeAddr(t), freeAddr(t), freeAddr(t)
-	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, query, grpcQuery, otlp), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", cfg)
-	out := &strings.Builder{}
-	var mu sync.Mutex
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting Jaeger: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("Jaeger's output:\n%s", out.String())
-			mu.Unlock()
-		}
-	})
-	query = "http://" + query
-	for deadline := time.Now().Add(time.Minute); ; {
-		resp, err := http.Get(query + "/api/services")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return otlp, query
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Jaeger's query API did not answer within a minute: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// writerFunc is an io.Writer from a function.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// TestBrowserTrace is issue 23's done-when in a real browser: a real
-// Jaeger v2 (scripts/jaeger.sh), `neuron up --demo --isolation process
-// --otel-endpoint <Jaeger> --traces-url <its query API>`, then
+// TestBrowserTrace is issue 23's done-when in a real browser: `neuron up
+// --demo --isolation process --jaeger` (a real Jaeger v2, built by
+// scripts/jaeger.sh, started by neuron up, the services' traces sent to
+// it and the console reading its query API), then
 // trace.test.cjs in headless Chromium opens the demo workflow's page,
 // follows its trace link and checks the waterfall: spans of the four
 // services, the sandboxed operator's invoke_agent nested under the
@@ -151,7 +61,7 @@ func TestBrowserTrace(t *testing.T) {
 	if err := sandbox.CgroupSupported(); err != nil {
 		t.Skipf("the demo runs its agents in the environment's sandbox (the four services' trace) only with a cgroup: %v", err)
 	}
-	otlp, query := startJaeger(t)
+	jaeger := jaegerBinary(t)
 	node, modules := browserDeps(t)
 	bin := testenv.BuildStaticDir(t,
 		"github.com/secbear/neuron/cmd/neuron",
@@ -163,8 +73,8 @@ func TestBrowserTrace(t *testing.T) {
 
 	up := exec.Command(filepath.Join(bin, "neuron"), "up", "--data-dir", t.TempDir(), "--demo", "--isolation", "process",
 		"--orchestrator-addr", freeAddr(t), "--operator-addr", freeAddr(t), "--state-addr", freeAddr(t), "--environment-addr", freeAddr(t),
-		"--console-addr", "127.0.0.1:0", "--otel-endpoint", otlp, "--traces-url", query)
-	up.Env = cleanEnv()
+		"--console-addr", "127.0.0.1:0", "--jaeger")
+	up.Env = append(cleanEnv(), "NEURON_JAEGER="+jaeger)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
