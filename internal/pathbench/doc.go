@@ -232,7 +232,9 @@
 //	| 16 | 2343 (6.0x)                     | 1459 (3.7x)     | 390       | 1.6x                    |
 //
 // A separate floor-only run (load 12-16) gave 8.0x at c=1 and 4.4x at
-// c=16. The floor alone is 4-9x the hand loop, so the 2x target is below
+// c=16. Once the machine was quiet (load 2-3, medians of 3): ours 3397 /
+// 1986 µs (8.0x / 5.4x), the floor 2518 / 1185 (6.0x / 3.2x), the hand
+// loop 422 / 369: ours 1.3x / 1.7x the floor. The floor alone is 4-9x the hand loop, so the 2x target is below
 // what three processes with five calls, thirteen stream messages and
 // three durable commits per dispatch cost on this VM. Its profile
 // (PERF_DIR, c=1; share of each process's samples): the kernel's
