@@ -106,17 +106,29 @@ func main() {
 			_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 			fmt.Printf("fd%d tty=%v\n", fd, err == nil)
 		}
+		// Watching for size changes before the first read: the engine
+		// may apply the size asked for at the start only after the
+		// command has started, and then it comes as a change.
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGWINCH)
 		ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
 		check(err)
 		fmt.Printf("size %d %d\n", ws.Row, ws.Col)
 		if len(args) > 0 && args[0] == "wait" {
-			c := make(chan os.Signal, 1)
-			signal.Notify(c, syscall.SIGWINCH)
+			// "tty wait ROWS COLS": prints each change until the size is
+			// ROWS x COLS; "tty wait": until the first change.
+			want := strings.Join(args[1:], " ")
 			fmt.Println("waiting")
-			<-c
-			ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
-			check(err)
-			fmt.Printf("resized %d %d\n", ws.Row, ws.Col)
+			for {
+				<-c
+				ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+				check(err)
+				got := fmt.Sprintf("%d %d", ws.Row, ws.Col)
+				fmt.Printf("resized %s\n", got)
+				if want == "" || got == want {
+					break
+				}
+			}
 		}
 	case "probe":
 		probe()
