@@ -27,6 +27,8 @@ import (
 const (
 	eventSuspended      = "orchestrator.workflow.suspended"
 	eventSignalAccepted = "orchestrator.signal.accepted"
+	// An agent's step (one operator call) finished.
+	eventDispatchCompleted = "orchestrator.dispatch.completed"
 )
 
 // sessionPattern is what a session (an A2A context id, an MCP session

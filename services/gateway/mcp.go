@@ -170,6 +170,10 @@ func (t *mcpTools) follow(ctx context.Context, req *mcp.CallToolRequest, id stri
 			notify("running " + u.ToolStarted)
 		case u.ToolFinished != "":
 			notify("finished " + u.ToolFinished)
+		case u.Event.GetObservable().GetEventType() == eventDispatchCompleted:
+			// From the workflow's durable log, so a client that joins
+			// after the text has streamed still hears of each step.
+			notify("step finished: " + u.Event.GetAgentId())
 		}
 		return true
 	})

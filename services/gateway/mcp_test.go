@@ -84,10 +84,18 @@ func TestMCPAgentTools(t *testing.T) {
 		t.Fatalf("result = %+v", out)
 	}
 	mu.Lock()
-	streamed := strings.Join(notes, "")
+	var text []string
+	steps := 0
+	for _, n := range notes {
+		if n == "step finished: writer" {
+			steps++
+			continue
+		}
+		text = append(text, n)
+	}
 	mu.Unlock()
-	if streamed != "one two three four" {
-		t.Fatalf("progress messages %q, want the answer's text as it was written", streamed)
+	if streamed := strings.Join(text, ""); streamed != "one two three four" || steps != 1 {
+		t.Fatalf("progress messages %q and %d step notes, want the answer's text as it was written and one step", streamed, steps)
 	}
 	wf, err := s.orch.GetWorkflow(ctx, &orchestratorv1.GetWorkflowRequest{WorkflowId: out.WorkflowID})
 	if err != nil || wf.GetWorkflow().GetRootAgentId() != "writer" {
