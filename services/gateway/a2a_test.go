@@ -137,7 +137,11 @@ func TestA2ASendMessage(t *testing.T) {
 // answer's text as it is written, then the final status.
 func TestA2AStream(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three four five"}))
+	// The stream carries the deltas of the call running when it starts
+	// watching (from that call's start), not those of a call already
+	// finished (its answer comes in one piece): the delay keeps the call
+	// running until the stream watches.
+	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three four five", "delay": "2s"}))
 	for name, c := range a2aClients(t, s, "writer") {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxFor(t, 60*time.Second)

@@ -56,7 +56,9 @@ func agentResult(t *testing.T) func(r *mcp.CallToolResult, err error) gateway.Ag
 // on in its session, and answers an approval with decide_approval.
 func TestMCPAgentTools(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three four"}), carefulAgent("careful"))
+	// The delay keeps the writer's call running until the tool follows
+	// it, so its text comes as progress (see TestChatSSE).
+	s := startStack(t, stackOptions{}, scriptedAgent("writer", map[string]any{"text": "one two three four", "delay": "2s"}), carefulAgent("careful"))
 	var mu sync.Mutex
 	var notes []string
 	cs := mcpSession(t, s, func(p *mcp.ProgressNotificationParams) {
@@ -82,6 +84,18 @@ func TestMCPAgentTools(t *testing.T) {
 	out := agentResult(t)(cs.CallTool(ctx, params))
 	if out.Answer != "one two three four" || out.Status != "completed" || out.WorkflowID == "" || out.Session == "" {
 		t.Fatalf("result = %+v", out)
+	}
+	// The client hands notifications to its handler apart from the
+	// result: the step's note, sent just before the result, may be
+	// handled after it.
+	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(notes)
+		last := n > 0 && notes[n-1] == "step finished: writer"
+		mu.Unlock()
+		if last {
+			break
+		}
 	}
 	mu.Lock()
 	var text []string
