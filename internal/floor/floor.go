@@ -27,6 +27,7 @@
 package floor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -167,7 +168,7 @@ func (s *state) List(_ context.Context, req *statev1.ListRequest) (*statev1.List
 	resp := &statev1.ListResponse{}
 	err := s.db.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
-		for k, v := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			e := &statev1.ListItem{Key: string(k[len(prefix):])}
 			if req.GetIncludeValues() {
 				e.Value = &structpb.Value{}
@@ -213,6 +214,9 @@ func (o *op) ExecuteStream(req *operatorv1.ExecuteStreamRequest, stream grpc.Ser
 	if err != nil {
 		return err
 	}
+	// The benchmarks' dispatches each start a session, so the history is
+	// empty, as it is on the real path they are measured against; a
+	// history's entries would not be replayed to the model here.
 	msgs := make([]provider.Message, 0, len(hist.GetItems())+8)
 	msgs = append(msgs, provider.Message{Role: provider.User, Parts: []provider.Part{{Text: content.TextOf(in.GetMessage())}}})
 	send := func(r *operatorv1.ExecuteStreamResponse) error { return stream.Send(r) }
