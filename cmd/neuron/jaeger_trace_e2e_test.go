@@ -22,15 +22,7 @@ import (
 // ($NEURON_JAEGER overrides), or a skip saying how to build it.
 func jaegerBinary(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("NEURON_JAEGER"); p != "" {
-		return p
-	}
-	cache := os.Getenv("NEURON_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "neuron")
-	}
-	p := filepath.Join(cache, "jaeger-"+jaegerVersion, "jaeger")
+	p := (&cli{getenv: os.Getenv}).jaegerPath()
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("Jaeger is not built (scripts/jaeger.sh builds it into %s); TestUpTracesSandboxed checks the same trace against an in-process OTLP receiver", p)
 	}
